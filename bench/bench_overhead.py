@@ -1,0 +1,123 @@
+"""Audit overhead, measured side by side in one run (not a test).
+
+    python bench/bench_overhead.py --out DIR
+
+Two workloads: 2,000 tiny kernels (launch-bound, the worst case for a tracer) and 100 calls of
+the sync-free merge ``emb[cpu_mask] = rows``. Each configuration is timed in interleaved rounds
+(wall clock around the loop, CUDA synchronised before and after) and reported as the median over
+rounds and as a ratio to the bare loop of the same round set. The trace detector uses torch's
+``_gpu_trace`` callbacks, whose activation cannot be undone; the bare loop is therefore timed in
+a fresh process first (``--before``) and this process reports both. The profiler configurations
+show why the profiler is opt-in (``profile``) rather than the default trace.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import syncguard  # noqa: E402
+
+
+def tiny_loop(st):
+    y = st["y"]
+    for _ in range(2000):
+        y.add_(1)
+
+
+def merge_loop(st):
+    for _ in range(100):
+        st["emb"][st["mask"]] = st["rows"]
+
+
+@contextlib.contextmanager
+def bare():
+    yield
+
+
+def prof(acts, stack):
+    @contextlib.contextmanager
+    def cm():
+        with profile(activities=acts, with_stack=stack):
+            yield
+    return cm
+
+
+def timed(work, cm, st):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with cm():
+        work(st)
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--rounds", type=int, default=15)
+    a = ap.parse_args()
+    st = {"y": torch.zeros(16, device="cuda")}
+    emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
+    mask = torch.rand(8192) < 0.5
+    st.update(emb=emb, mask=mask, rows=torch.randn(int(mask.sum()), 1024, device="cuda",
+                                                    dtype=torch.bfloat16))
+    # Phase 1: nothing has activated torch's CUDA trace yet.
+    before = {
+        "bare": bare,
+        "audit(debug)": lambda: syncguard.audit(("debug",)),
+        "profiler cpu+cuda, stacks": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], True),
+        "profiler cpu+cuda": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], False),
+        "profiler cuda only": prof([ProfilerActivity.CUDA], False),
+    }
+    # Phase 2: after the first trace region; activation is permanent, so "bare" is timed again.
+    after = {
+        "bare, CUDA trace activated": bare,
+        "audit(trace)": lambda: syncguard.audit(("trace",)),
+        "audit(debug+trace) (default)": lambda: syncguard.audit(("debug", "trace")),
+        "audit(debug+trace+profile)": lambda: syncguard.audit(("debug", "trace", "profile")),
+    }
+    workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop))
+    results = {w: {} for w, _ in workloads}
+    for configs in (before, after):
+        for wname, work in workloads:
+            for cm in configs.values():  # warm-up of every path
+                timed(work, cm, st)
+            times = {k: [] for k in configs}
+            for _ in range(a.rounds):
+                for k, cm in configs.items():
+                    times[k].append(timed(work, cm, st))
+            results[wname].update(times)
+    table = {}
+    for wname, times in results.items():
+        base = statistics.median(times["bare"])
+        table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),
+                            "ratio": round(statistics.median(v) / base, 3),
+                            "spread_ms": round((max(v) - min(v)) * 1e3, 3)} for k, v in times.items()}
+    ver = torch.__version__.split("+")[0]
+    doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table}
+    with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
+          "interleaved rounds", ""]
+    for wname, rows in table.items():
+        md += [f"## {wname}", "", "| configuration | median ms | × bare |", "|---|---|---|"]
+        md += [f"| {k} | {v['median_ms']} | {v['ratio']} |" for k, v in rows.items()]
+        md.append("")
+    with open(os.path.join(a.out, f"overhead-{ver}.md"), "w") as f:
+        f.write("\n".join(md))
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Events and reports: small frozen records that survive a JSON round-trip.
+
+Every file syncguard writes carries ``schema_version``; readers refuse versions they do not know
+instead of guessing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Kinds of sync, in the words the reports use.
+STREAM_SYNC = "stream_sync"
+DEVICE_SYNC = "device_sync"
+EVENT_SYNC = "event_sync"
+BLOCKING_COPY_D2H = "blocking_copy_d2h"
+BLOCKING_COPY_H2D = "blocking_copy_h2d"
+PAGEABLE_COPY = "pageable_copy"
+IMPLICIT_FREE = "implicit_free"
+RACE = "race"
+SYNC_KINDS = (STREAM_SYNC, DEVICE_SYNC, EVENT_SYNC, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D,
+              PAGEABLE_COPY, IMPLICIT_FREE)
+
+#: the default detectors; "profile" (the PyTorch profiler's runtime trace) is opt-in
+DETECTORS = ("debug", "trace")
+ALL_DETECTORS = ("debug", "trace", "profile")
+
+
+class SchemaError(ValueError):
+    """A JSON document is not one syncguard can read."""
+
+
+def check_schema(data: Any, what: str = "document") -> None:
+    if not isinstance(data, dict):
+        raise SchemaError(f"{what} is not a JSON object")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaError(f"{what} has schema_version {version!r}; this syncguard reads {SCHEMA_VERSION}")
+
+
+def _from_fields(cls, data: dict):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names - {"schema_version"}
+    if unknown:
+        raise SchemaError(f"{cls.__name__} has unknown fields {sorted(unknown)}")
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    """One time the host waited for the device, attributed to the user's line."""
+
+    api: str
+    kind: str
+    op: str | None = None
+    ops: tuple[str, ...] = ()  # the aten op chain, outermost first (op is the last)
+    filename: str | None = None
+    lineno: int | None = None
+    function: str | None = None
+    stack: tuple[str, ...] = ()
+    thread: str = ""
+    host_blocked_us: float | None = None
+    detectors: tuple[str, ...] = ()
+    reason: str | None = None  # the allow() reason, for allowed syncs
+    note: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SyncEvent":
+        return _from_fields(cls, data)
+
+
+@dataclass(frozen=True)
+class RaceEvent:
+    """Two accesses to one tensor from different streams (or the host) with no ordering between them."""
+
+    kind: str  # always RACE; kept so a mixed list of events reads the same way
+    what: str  # e.g. "read on stream 7 after write on stream 0" or "host write to pinned buffer"
+    tensor: str = ""  # shape, dtype, data pointer in words
+    data_ptr: int | None = None
+    streams: tuple[int, ...] = ()
+    ops: tuple[str, ...] = ()
+    sites: tuple[str, ...] = ()  # "file:line" of each access, current first
+    filename: str | None = None
+    lineno: int | None = None
+    thread: str = ""
+    detectors: tuple[str, ...] = ("races",)
+
+    @property
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RaceEvent":
+        return _from_fields(cls, data)
+
+
+@dataclass
+class Report:
+    """What one audited region saw."""
+
+    syncs: list[SyncEvent] = field(default_factory=list)
+    allowed: list[SyncEvent] = field(default_factory=list)
+    races: list[RaceEvent] = field(default_factory=list)
+    detectors: tuple[str, ...] = ()
+    cuda_available: bool = True
+    reason: str | None = None  # why less than asked for was recorded (no CUDA, profiler busy…)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.syncs and not self.races
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "syncs": [e.to_dict() for e in self.syncs],
+            "allowed": [e.to_dict() for e in self.allowed],
+            "races": [e.to_dict() for e in self.races],
+            "detectors": list(self.detectors),
+            "cuda_available": self.cuda_available,
+            "reason": self.reason,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Report":
+        check_schema(data, "report")
+        return cls(
+            syncs=[SyncEvent.from_dict(e) for e in data.get("syncs", [])],
+            allowed=[SyncEvent.from_dict(e) for e in data.get("allowed", [])],
+            races=[RaceEvent.from_dict(e) for e in data.get("races", [])],
+            detectors=tuple(data.get("detectors", ())),
+            cuda_available=bool(data.get("cuda_available", True)),
+            reason=data.get("reason"),
+            notes=list(data.get("notes", [])),
+        )
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self.to_dict(), **kw)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"report is not valid JSON: {e}") from None
+        return cls.from_dict(data)
+
+    def summary(self) -> str:
+        if not self.cuda_available:
+            return f"not audited: {self.reason}"
+        if self.clean:
+            return "clean" + (f" ({len(self.allowed)} allowed)" if self.allowed else "")
+        kinds = sorted({e.kind for e in self.syncs} | {e.kind for e in self.races})
+        parts = [f"{len(self.syncs)} sync(s)"] + ([f"{len(self.races)} race(s)"] if self.races else [])
+        return ", ".join(parts) + f" ({', '.join(kinds)})"
+
+
+class SyncError(AssertionError):
+    """Raised by forbid() when a region synced without an allow()."""
+
+    def __init__(self, report: Report, message: str | None = None):
+        self.report = report
+        super().__init__(message or format_report(report))
+
+
+def format_report(report: Report) -> str:
+    """Plain-text explanation, one line per event; the plugin renders a richer table."""
+    lines = [f"syncguard: {report.summary()}"]
+    for e in report.syncs:
+        op = f" via {e.op}" if e.op else ""
+        blocked = f", blocked {e.host_blocked_us:.0f} us" if e.host_blocked_us is not None else ""
+        note = f" [{e.note}]" if e.note else ""
+        lines.append(f"  {e.kind}: {e.api}{op} at {e.where} in {e.function} "
+                     f"(thread {e.thread}{blocked}; seen by {'+'.join(e.detectors)}){note}")
+    for r in report.races:
+        lines.append(f"  race: {r.what} on {r.tensor} at {r.where}")
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""A fake detector for testing syncguard's plumbing on machines without a GPU.
+
+Regions opened with ``detectors=("fake",)`` behave as if CUDA were present; ``fake_sync()``
+inside one records a sync at the caller's line exactly as a real detector's observation would
+travel (same routing to regions, same allow() handling). It proves plumbing, never GPU behaviour.
+"""
+from __future__ import annotations
+
+import threading
+
+from .detect import Observation, user_site
+from .events import STREAM_SYNC, SYNC_KINDS
+from .scope import _deliver
+
+
+def fake_sync(kind: str = STREAM_SYNC, api: str = "cudaStreamSynchronize",
+              op: str | None = None) -> bool:
+    """Pretend the calling line synced; returns whether a region received it."""
+    if kind not in SYNC_KINDS:
+        raise ValueError(f"fake_sync(kind=...) must be one of {', '.join(SYNC_KINDS)}, got {kind!r}")
+    return _deliver(Observation("fake", user_site(), threading.current_thread().name,
+                                api=api, kind=kind, op=op))

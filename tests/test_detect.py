@@ -1,0 +1,178 @@
+"""Classification and the debug hub, on the CPU.
+
+Classification is fed profiler records shaped like those recorded on the H200 (reports/
+probe-2.11.0.json and reports/trace-records-*.json); the debug hub is driven by a fake
+``set_sync_debug_mode`` and a warning raised by hand: that proves the plumbing, not the GPU.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from syncguard import detect
+from syncguard.detect import TraceRecord, classify
+
+REGION = "syncguard::region#1"
+
+
+def rec(name, *ancestors, parent=None, copies=(), start=0.0, end=1.0):
+    return TraceRecord(name, start, end, tuple(ancestors) + (REGION,), parent, tuple(copies))
+
+
+def kinds(records):
+    return [(s.kind, s.op, s.dropped) for s in classify(records)]
+
+
+def test_item_is_a_blocking_d2h_copy():
+    r = [rec("cudaMemcpyAsync", "aten::_local_scalar_dense", "aten::item", parent=1,
+             copies=["Memcpy DtoH (Device -> Pinned)"], start=1),
+         rec("cudaStreamSynchronize", "aten::_local_scalar_dense", "aten::item", parent=1, start=2)]
+    out = classify(r)
+    assert [(s.kind, s.op, s.ops) for s in out] == [
+        ("blocking_copy_d2h", "aten::_local_scalar_dense", ("aten::item", "aten::_local_scalar_dense"))]
+    assert out[0].debug_visible and out[0].linked
+
+
+def test_pageable_non_blocking_copy_is_flagged_and_pinned_is_not():
+    pageable = rec("cudaMemcpyAsync", "aten::copy_", "aten::_to_copy", parent=1,
+                   copies=["Memcpy HtoD (Pageable -> Device)"])
+    pinned = rec("cudaMemcpyAsync", "aten::copy_", parent=2, copies=["Memcpy HtoD (Pinned -> Device)"])
+    d2d = rec("cudaMemcpyAsync", "aten::copy_", parent=3, copies=["Memcpy DtoD (Device -> Device)"])
+    assert kinds([pageable, pinned, d2d]) == [("pageable_copy", "aten::copy_", None)]
+
+
+def test_blocking_pageable_copy_is_one_blocking_copy():
+    r = [rec("cudaMemcpyAsync", "aten::copy_", parent=1, copies=["Memcpy HtoD (Pageable -> Device)"]),
+         rec("cudaStreamSynchronize", "aten::copy_", parent=1, start=2)]
+    out = [s for s in classify(r) if not s.dropped]
+    assert [(s.kind, s.api) for s in out] == [("blocking_copy_h2d", "cudaStreamSynchronize")]
+
+
+def test_python_api_syncs_and_frees():
+    r = [rec("cudaDeviceSynchronize", "syncguard::api#3"),
+         rec("cudaEventSynchronize", "syncguard::api#4"),
+         rec("cudaStreamSynchronize", "syncguard::api#5"),
+         rec("cudaFree", "syncguard::api#6", start=5), rec("cudaFree", "syncguard::api#6", start=6, end=9)]
+    out = classify(r)
+    assert [s.kind for s in out] == ["device_sync", "event_sync", "stream_sync", "implicit_free"]
+    assert out[-1].duration_us == 4  # two segment frees of one call, reported once
+    assert not any(s.linked for s in out)
+
+
+def test_lazy_library_init_free_is_dropped():
+    assert kinds([rec("cudaFree", "aten::mm", "aten::matmul", parent=1)]) == [
+        ("implicit_free", "aten::mm", "library lazy initialisation")]
+
+
+def test_profilers_own_stop_sync_is_outside_every_region():
+    stop = TraceRecord("cudaDeviceSynchronize", 10, 11, (), None, ())
+    stop_214 = TraceRecord("cudaDeviceSynchronize", 10, 11, ("aten::_cuda_synchronize",), 7, ())
+    assert all(REGION not in s.markers for s in classify([stop, stop_214]))
+
+
+def test_non_sync_calls_are_ignored():
+    r = [rec("cudaMemcpyAsync", "aten::copy_", parent=1, copies=["Memcpy HtoD (Pinned -> Device)"])]
+    assert classify(r) == []
+
+
+def test_record_json_round_trip():
+    r = rec("cudaFree", "aten::empty", parent=4, copies=["x"])
+    assert TraceRecord.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+
+
+RECORDED = sorted(Path(__file__).parent.parent.joinpath("reports", "probes").glob("trace-records-*.json"))
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded GPU trace committed yet")
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.stem)
+def test_recorded_gpu_traces_classify_as_the_corpus_expects(path):
+    """Replays traces recorded on the H200 by tools/corpus_report.py (plumbing check only)."""
+    from tests.gpu.corpus import SNIPPETS
+
+    data = json.loads(path.read_text())["records"]
+    for snip in SNIPPETS:
+        recs = [TraceRecord.from_dict(d) for d in data[snip.name]]
+        got = {s.kind for s in classify(recs) if not s.dropped and "syncguard::region#0" in s.markers}
+        assert got == set(snip.expect), (path.name, snip.name, got)
+
+
+# --- the debug hub, with torch's mode switch faked ---------------------------------------
+@pytest.fixture
+def fake_mode(monkeypatch):
+    torch = pytest.importorskip("torch")
+    state = {"mode": 0}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: state["mode"])
+
+    def set_mode(m):
+        state["mode"] = {"warn": 1, "error": 2, "default": 0}.get(m, m)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", set_mode)
+    return state
+
+
+def _emit():
+    warnings.warn("called a synchronizing CUDA operation", UserWarning)  # fake of torch's warning
+
+
+def test_debug_hub_catches_the_warning_under_W_error_and_restores(fake_mode):
+    hub = detect.DebugHub()
+    seen = []
+    before = (warnings._showwarnmsg, list(warnings.filters))
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("error")
+        hub.arm(lambda o: seen.append(o) or True)
+        assert fake_mode["mode"] == 1
+        _emit()
+        _emit()
+        hub.disarm()
+    assert fake_mode["mode"] == 0
+    assert len(seen) == 2 and seen[0].site.function == "_emit"
+    assert log == []  # nothing leaked into pytest's record
+    assert (warnings._showwarnmsg, list(warnings.filters)) == before
+
+
+def test_debug_hub_passes_other_warnings_through(fake_mode):
+    hub = detect.DebugHub()
+    with warnings.catch_warnings(record=True) as log:
+        warnings.simplefilter("always")
+        hub.arm(lambda o: True)
+        try:
+            warnings.warn("something else", DeprecationWarning)
+        finally:
+            hub.disarm()
+    assert [str(w.message) for w in log] == ["something else"]
+
+
+def test_debug_hub_keeps_previous_error_mode_for_syncs_outside_regions(fake_mode):
+    fake_mode["mode"] = 2
+    hub = detect.DebugHub()
+    hub.arm(lambda o: False)  # no region wanted it
+    try:
+        with pytest.raises(RuntimeError, match="synchronizing"):
+            _emit()
+    finally:
+        hub.disarm()
+    assert fake_mode["mode"] == 2
+
+
+def test_debug_hub_is_refcounted(fake_mode):
+    hub = detect.DebugHub()
+    hub.arm(lambda o: True)
+    hub.arm(lambda o: True)
+    hub.disarm()
+    assert fake_mode["mode"] == 1
+    hub.disarm()
+    hub.disarm()  # one too many is harmless
+    assert fake_mode["mode"] == 0
+
+
+def test_profiler_stack_attribution_skips_torch_frames():
+    import os
+
+    import torch
+
+    tfile = os.path.join(os.path.dirname(torch.__file__), "cuda", "__init__.py")
+    site = detect.site_from_profiler_stack([f"{tfile}(12): synchronize", "/u/model.py(41): step"])
+    assert (site.filename, site.lineno, site.function) == ("/u/model.py", 41, "step")

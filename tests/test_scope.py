@@ -1,0 +1,269 @@
+"""Region API plumbing on the CPU, driven by the fake detector (syncguard.testing): routing,
+allow() rules, threads and tasks, nesting, forbid(), and the no-CUDA path."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import types
+
+import pytest
+
+import syncguard
+from syncguard import detect
+from syncguard.events import Report, SyncEvent
+from syncguard.scope import parse_detectors
+from syncguard.testing import fake_sync
+
+FAKE = ("fake",)
+
+
+def line_of(marker: str) -> int:
+    with open(__file__) as f:
+        return next(i for i, text in enumerate(f, 1) if marker in text and "line_of" not in text)
+
+
+def test_sync_is_attributed_to_the_calling_line():
+    with syncguard.audit(FAKE) as report:
+        fake_sync(op="aten::nonzero")  # L-ATTR
+    (e,) = report.syncs
+    assert e.filename == __file__ and e.lineno == line_of("# L-ATTR")
+    assert e.function == "test_sync_is_attributed_to_the_calling_line"
+    assert e.op == "aten::nonzero" and e.thread == threading.current_thread().name
+    assert not report.clean
+
+
+def test_no_region_no_delivery():
+    assert fake_sync() is False
+
+
+def test_allow_with_reason_max_api_and_kind():
+    with syncguard.audit(FAKE) as report:
+        with syncguard.allow("token count", max=2):
+            fake_sync()
+            fake_sync()
+            fake_sync()
+        with syncguard.allow("only device syncs", kind="device_sync"):
+            fake_sync()
+            fake_sync(kind="device_sync", api="cudaDeviceSynchronize")
+        with syncguard.allow("only frees", api="cudaFree"):
+            fake_sync(kind="implicit_free", api="cudaFree")
+    assert [e.reason for e in report.allowed] == ["token count", "token count", "only device syncs",
+                                                 "only frees"]
+    assert [e.note for e in report.syncs] == ["exceeds allow(max=2): token count", None]
+
+
+def test_inner_allow_is_used_before_outer():
+    with syncguard.audit(FAKE) as report:
+        with syncguard.allow("outer"):
+            with syncguard.allow("inner", max=1):
+                fake_sync()
+                fake_sync()
+    assert [e.reason for e in report.allowed] == ["inner", "outer"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"reason": ""}, "non-empty reason"),
+    ({"reason": "x", "max": -1}, "non-negative"),
+    ({"reason": "x", "kind": "nap"}, "must be one of"),
+])
+def test_allow_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        syncguard.allow(**kwargs)
+
+
+def test_allow_as_decorator_counts_per_call():
+    @syncguard.allow("one per call", max=1)
+    def step():
+        fake_sync()
+
+    with syncguard.audit(FAKE) as report:
+        step()
+        step()
+    assert len(report.allowed) == 2 and report.syncs == []
+
+
+def test_allow_decorates_coroutines():
+    @syncguard.allow("async step")
+    async def step():
+        fake_sync()
+
+    async def main():
+        with syncguard.audit(FAKE) as report:
+            await step()
+        return report
+
+    assert len(asyncio.run(main()).allowed) == 1
+
+
+def test_forbid_raises_with_the_report_and_does_not_mask_exceptions():
+    with pytest.raises(syncguard.SyncError) as info:
+        with syncguard.forbid(FAKE):
+            fake_sync(kind="device_sync", api="cudaDeviceSynchronize")
+    assert info.value.report.syncs[0].kind == "device_sync"
+    assert "device_sync" in str(info.value)
+    with pytest.raises(KeyError):
+        with syncguard.forbid(FAKE):
+            fake_sync()
+            raise KeyError("original")
+    with syncguard.forbid(FAKE):
+        with syncguard.allow("fine"):
+            fake_sync()
+
+
+def test_other_threads_syncs_are_not_ours_and_their_allows_do_not_cover_us():
+    inside, release = threading.Event(), threading.Event()
+    theirs = {}
+
+    def other():
+        with syncguard.audit(FAKE) as r, syncguard.allow("theirs"):
+            inside.set()
+            fake_sync()
+            release.wait()
+        theirs["r"] = r
+
+    t = threading.Thread(target=other, name="other")
+    with syncguard.audit(FAKE) as mine:
+        t.start()
+        inside.wait()
+        fake_sync()
+        release.set()
+        t.join()
+    assert len(mine.syncs) == 1 and mine.allowed == [] and mine.syncs[0].thread == "MainThread"
+    assert len(theirs["r"].allowed) == 1 and theirs["r"].allowed[0].thread == "other"
+
+
+def test_asyncio_tasks_have_their_own_regions_and_allows():
+    async def task(allowed: bool):
+        with syncguard.audit(FAKE) as r:
+            if allowed:
+                with syncguard.allow("task A"):
+                    await asyncio.sleep(0)
+                    fake_sync()
+            else:
+                await asyncio.sleep(0)
+                fake_sync()
+                await asyncio.sleep(0)
+        return r
+
+    async def main():
+        return await asyncio.gather(task(True), task(False))
+
+    a, b = asyncio.run(main())
+    assert (len(a.allowed), len(a.syncs), len(b.allowed), len(b.syncs)) == (1, 0, 0, 1)
+
+
+def test_nested_regions_both_see_inner_syncs():
+    with syncguard.audit(FAKE) as outer:
+        fake_sync()
+        with syncguard.audit(FAKE) as inner:
+            fake_sync(kind="event_sync", api="cudaEventSynchronize")
+    assert [e.kind for e in inner.syncs] == ["event_sync"]
+    assert [e.kind for e in outer.syncs] == ["stream_sync", "event_sync"]
+
+
+def test_region_cannot_be_reentered():
+    region = syncguard.audit(FAKE)
+    with region:
+        pass
+    with pytest.raises(RuntimeError, match="twice"):
+        with region:
+            pass
+
+
+def test_without_cuda_nothing_is_recorded_and_forbid_passes():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with syncguard.forbid() as report:
+        fake_sync()
+    assert report.cuda_available is False and "CUDA is not available" in report.reason
+    assert report.clean and report.syncs == []
+    assert "not audited" in report.summary()
+
+
+def test_importing_syncguard_does_not_initialise_cuda():
+    import subprocess
+    import sys
+
+    code = ("import syncguard, syncguard.plugin, syncguard.strategies, sys; import torch; "
+            "print(torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode != 0 and "No module named" in out.stderr:
+        code = "import syncguard, torch; print(torch.cuda.is_initialized())"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("value,expected", [("debug", ("debug",)), ("trace, debug", ("trace", "debug")),
+                                            (["debug", "debug"], ("debug",))])
+def test_parse_detectors(value, expected):
+    assert parse_detectors(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "debug,profiler", ["cupti"]])
+def test_parse_detectors_rejects_unknown(value):
+    with pytest.raises(ValueError, match="unknown detector"):
+        parse_detectors(value, where="--syncguard-detectors")
+
+
+def test_report_and_event_json_round_trip():
+    e = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", op="aten::nonzero",
+                  ops=("aten::index", "aten::nonzero"), filename="m.py", lineno=3, function="f",
+                  stack=("m.py:3 in f",), thread="MainThread", host_blocked_us=12.5,
+                  detectors=("debug", "trace"))
+    r = Report(syncs=[e], allowed=[e], detectors=("debug", "trace"), notes=["n"])
+    back = Report.from_json(r.to_json())
+    assert back == r and back.syncs[0] == e and hash(back.syncs[0]) == hash(e)
+
+
+@pytest.mark.parametrize("text,match", [("{", "not valid JSON"), ('{"schema_version": 99}', "99"),
+                                        ('{"schema_version": 1, "syncs": [{"api": "x", "kind": "y", "bogus": 1}]}',
+                                         "unknown fields")])
+def test_report_rejects_bad_json(text, match):
+    with pytest.raises(syncguard.SchemaError, match=match):
+        Report.from_json(text)
+
+
+def test_trace_hooks_restore_what_they_wrapped():
+    torch = pytest.importorskip("torch")
+    hub = detect.TraceHub()
+    hub._registered = True  # no CUDA trace callbacks on a CPU build: this checks the wrappers only
+    before = (torch.cuda.synchronize, torch.cuda.empty_cache, torch.tensor,
+              torch.cuda.Event.__dict__["synchronize"], "to" in vars(torch.Tensor))
+
+    @contextlib.contextmanager
+    def around(label):
+        yield None
+
+    hub.arm(lambda o: True, lambda: True, around)
+    try:
+        assert torch.cuda.synchronize is not before[0]
+        assert torch.cuda.synchronize.__wrapped__ is before[0]
+        assert "to" in vars(torch.Tensor)
+        assert torch.ones(2).to(torch.float64).dtype == torch.float64  # wrappers stay transparent
+    finally:
+        hub.disarm()
+    assert (torch.cuda.synchronize, torch.cuda.empty_cache, torch.tensor,
+            torch.cuda.Event.__dict__["synchronize"], "to" in vars(torch.Tensor)) == before
+
+
+def _t(dev, pinned=False):
+    """A stand-in for a tensor: the copy classifier reads only .device and .is_pinned()."""
+    return types.SimpleNamespace(device=types.SimpleNamespace(type=dev), is_pinned=lambda: pinned)
+
+
+@pytest.mark.parametrize("src,dst,nb,syncs,expected", [
+    (_t("cpu"), _t("cuda"), True, [], ("pageable_copy", "cudaMemcpyAsync")),
+    (_t("cpu", True), _t("cuda"), True, [], None),
+    (_t("cuda"), _t("cpu"), True, [], ("pageable_copy", "cudaMemcpyAsync")),
+    (_t("cuda"), _t("cpu", True), True, [], None),
+    (_t("cpu", True), _t("cuda"), False, ["cudaStreamSynchronize"],
+     ("blocking_copy_h2d", "cudaStreamSynchronize")),
+    ([1, 2, 3], _t("cuda"), False, ["cudaStreamSynchronize"], ("blocking_copy_h2d", "cudaStreamSynchronize")),
+    (_t("cuda"), _t("cpu"), False, ["cudaStreamSynchronize"], ("blocking_copy_d2h", "cudaStreamSynchronize")),
+    (_t("cuda"), _t("cuda"), False, ["cudaStreamSynchronize"], ("stream_sync", "cudaStreamSynchronize")),
+    (_t("cuda"), _t("cuda"), True, [], None),
+])
+def test_copy_classification(src, dst, nb, syncs, expected):
+    assert detect._copy_observation(src, dst, nb, syncs) == expected
