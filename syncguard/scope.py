@@ -226,6 +226,7 @@ class Region:
 
     # -- leaving --------------------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb):
+        __tracebackhide__ = True  # a forbid() failure points at the user's with-line
         if not self.report.cuda_available:
             return False
         analyse = exc_type is None or issubclass(exc_type, Exception)
@@ -250,7 +251,11 @@ class Region:
         for name in reversed(self._armed):
             try:
                 if name == "races":
-                    self.report.races.extend(self._race_detector.stop())
+                    det = self._race_detector
+                    self.report.races.extend(det.stop())
+                    self.report.notes.extend(det.notes)
+                    if det.reason:
+                        self.report.notes.append(f"races not checked: {det.reason}")
                 elif name == "profile":
                     with _lock:
                         HUBS.profile.pop(self.marker)

@@ -1,0 +1,146 @@
+"""Time every merge variant against a plain copy of the same bytes, side by side in one run.
+
+    python bench/bench_merge.py --out $OUT/merge_bench.json
+
+Per variant and size (default 8192x4096 and 131072x8192 bf16, half the tokens multimodal in
+1024-token runs): the median of many CUDA-event-timed calls after a warm-up, the median of
+``dst.copy_(src)`` for the multimodal rows alone (the floor any merge can reach), their ratio,
+and the peak device memory the merge allocates beyond its inputs. ``--sweep`` also times the
+Triton kernel under other tile shapes, to tune ``cases.merge.triton_config``.
+
+Prints a table and writes JSON (``schema_version`` 1). Numbers are recorded, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+SIZES = ((8192, 4096), (131072, 8192))
+# Kernel-only timings (rows already on the device); {} is the default config for reference.
+SWEEP = [{}] + [dict(block_h=b, rows_per_program=r, num_warps=w)
+                for b, r, w in ((512, 8, 4), (1024, 2, 4), (1024, 8, 8), (2048, 2, 4),
+                                (2048, 4, 8), (4096, 2, 8), (4096, 4, 8), (8192, 2, 8))]
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        tokens, hidden = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected TOKENSxHIDDEN, e.g. 8192x4096")
+    if tokens < 2 or hidden < 1:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: need at least 2 tokens and 1 hidden")
+    return tokens, hidden
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="write the JSON here")
+    ap.add_argument("--size", type=_size, action="append",
+                    help="TOKENSxHIDDEN (repeatable; default 8192x4096 and 131072x8192)")
+    ap.add_argument("--variant", action="append", help="only these variants (repeatable)")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--sweep", action="store_true", help="also time other Triton tile shapes")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from cases.merge import VARIANTS, measure_merge, triton_available
+
+    if not torch.cuda.is_available():
+        print("bench_merge: CUDA is not available; nothing to measure", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, args.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        print(f"bench_merge: --dtype {args.dtype!r} is not a torch dtype", file=sys.stderr)
+        return 2
+    names = args.variant or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"bench_merge: unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}",
+              file=sys.stderr)
+        return 2
+    has_triton = triton_available()
+    rows, skipped, sweep = [], [], []
+    for tokens, hidden in args.size or SIZES:
+        for name in names:
+            if VARIANTS[name].needs_triton_on_cuda and not has_triton:
+                skipped.append({"variant": name, "reason": "triton not installed"})
+                continue
+            rows.append(measure_merge(name, tokens, hidden, dtype=dtype, warmup=args.warmup,
+                                      reps=args.reps))
+            torch.cuda.empty_cache()
+            _print_row(rows[-1])
+        if args.sweep and has_triton and "triton_row_scatter" in names:
+            for cfg in SWEEP:
+                if cfg.get("block_h", 0) > 2 * hidden:
+                    continue
+                m = measure_merge("triton_row_scatter", tokens, hidden, dtype=dtype,
+                                  warmup=args.warmup, reps=args.reps, triton_overrides=cfg)
+                sweep.append(m)
+                _print_row(m, tag=f" kernel only {m['triton_config']}")
+            torch.cuda.empty_cache()
+    doc = {
+        "schema_version": 1, "kind": "syncguard-merge-bench",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+                        "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),
+                        "triton": _triton_version()},
+        "options": {"dtype": args.dtype, "warmup": args.warmup, "reps": args.reps,
+                    "sizes": [f"{t}x{h}" for t, h in (args.size or SIZES)]},
+        "results": rows, "skipped": skipped, "triton_sweep": sweep,
+    }
+    _print_table(rows)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
+
+
+def _print_row(m: dict, tag: str = "") -> None:
+    print(f"  {m['variant']:<20} {m['tokens']}x{m['hidden']}: {m['median_ms']:.4f} ms "
+          f"(copy {m['copy_median_ms']:.4f} ms, x{m['ratio_to_copy']}), "
+          f"peak extra {m['peak_extra_bytes'] / 2**20:.1f} MiB{tag}", flush=True)
+
+
+def _print_table(rows: list[dict]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        return
+    table = Table(title="merge variants vs a plain copy of the same bytes (median, CUDA events)")
+    for col in ("variant", "size", "median ms", "copy ms", "ratio", "p10-p90 ms",
+                "peak extra MiB"):
+        table.add_column(col, justify="left" if col in ("variant", "size") else "right")
+    for m in rows:
+        table.add_row(m["variant"], f"{m['tokens']}x{m['hidden']}", f"{m['median_ms']:.4f}",
+                      f"{m['copy_median_ms']:.4f}", f"{m['ratio_to_copy']:.2f}",
+                      f"{m['p10_ms']:.4f}-{m['p90_ms']:.4f}",
+                      f"{m['peak_extra_bytes'] / 2**20:.1f}")
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

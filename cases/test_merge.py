@@ -1,0 +1,386 @@
+"""Properties of every merge variant in ``cases/merge.py``, checked per example.
+
+Everywhere: the result equals a row-by-row reference bit for bit, rows outside the mask and
+memory outside a strided view are untouched, a row-count mismatch raises ValueError naming both
+counts and writes nothing. With CUDA, each merge call is also audited: a variant declared clean
+for the running torch runs under ``syncguard.forbid()``; one declared to sync runs under
+``syncguard.allow("declared: ...")`` (so an outer ``pytest --syncguard`` records an allowed sync,
+not a failure) and the audit must show only declared kinds.
+
+Test code that has to sync (building examples on the device, copying results back to compare,
+timing) runs inside ``syncguard.allow(...)`` with a reason, so the audit of a whole test under
+``pytest --syncguard`` blames only the merge.
+
+Without CUDA the variants run on CPU tensors (variant 5 then takes its CPU fallback, so only
+its validation and fallback are tested here); audits, declared-sync rows and measurements skip.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import assume, given, note
+from hypothesis import strategies as st
+
+import syncguard
+from syncguard import strategies as sgs
+from syncguard.events import format_report
+
+from cases.merge import (DECLARED_SYNCS, VARIANTS, bits, expected_syncs, measure_merge,
+                         merge_masked_scatter, reference_merge, representative_inputs,
+                         supports_dtype, triton_available)
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+TORCH = torch.__version__
+ROOT = Path(__file__).resolve().parents[1]
+# Modest sizes on the CPU (CI time); larger ones where the GPU makes them cheap.
+MAX_TOKENS = 2048 if CUDA else 40
+MAX_HIDDEN = 1100 if CUDA else 40
+
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA: sync behaviour and timings are "
+                                                 "properties of the GPU path")
+ALL = [pytest.param(name, id=name) for name in VARIANTS]
+CHECKING = [pytest.param(name, id=name) for name, v in VARIANTS.items() if v.checks_count]
+
+
+def _variant(name: str):
+    v = VARIANTS[name]
+    if CUDA and v.needs_triton_on_cuda and not triton_available():
+        pytest.skip(f"{name} needs triton on CUDA and triton is not installed")
+    return v
+
+
+def _setup(what: str):
+    return syncguard.allow(f"test setup: {what}")
+
+
+def _mask_placement(v):
+    if v.mask_on == "device":
+        return "cuda" if CUDA else "cpu"
+    return sgs.mask_placements(placements=("cpu", "cpu_pinned")) if CUDA else "cpu"
+
+
+def _dtypes_for(name: str, mode):
+    """Float dtypes the build runs this variant with under ``mode`` (float8 is missing from
+    some kernels, and deterministic mode swaps in kernels with their own dtype lists)."""
+    unsupported = [d for d in sgs.available_dtypes()
+                   if not supports_dtype(name, d, DEVICE, deterministic=mode.deterministic)]
+    if unsupported:
+        note(f"{name} on {DEVICE} ({mode}): not implemented for {unsupported} in torch {TORCH}")
+    return sgs.dtypes(exclude=unsupported)
+
+
+def _inputs(data, name: str, mode, **kw):
+    v = VARIANTS[name]
+    return data.draw(sgs.merge_inputs(
+        device=DEVICE, dtype=_dtypes_for(name, mode), mask_placement=_mask_placement(v),
+        mm_dtype=st.one_of(st.none(), sgs.dtypes(float8=False)), max_tokens=MAX_TOKENS,
+        max_hidden=MAX_HIDDEN, **kw), label="inputs")
+
+
+def _call_audited(v, inp, mode):
+    """Run the merge on ``inp`` (in place) as a case should; returns (result or the ValueError
+    it raised, the audit report or None without CUDA, the declaration used)."""
+    declared = expected_syncs(v.name, TORCH, deterministic=mode.deterministic)
+
+    def call():
+        try:
+            return v.fn(inp.inputs_embeds, inp.is_multimodal, inp.mm_embeds)
+        except ValueError as e:
+            return e
+
+    if not CUDA:
+        with mode.apply():
+            return call(), None, declared
+    # Warm up on a copy: lazy library init, a Triton compile or the first pinned allocation
+    # are one-off costs; declarations are about the steady state.
+    with _setup("warm-up run"), mode.apply():
+        warm = inp.fresh()
+        try:
+            v.fn(warm.inputs_embeds, warm.is_multimodal, warm.mm_embeds)
+        except ValueError:
+            pass
+        torch.cuda.synchronize()
+    with syncguard.audit() as report:
+        with mode.apply():
+            if declared is None:
+                with syncguard.forbid():
+                    result = call()
+            else:
+                with syncguard.allow(f"declared: {v.name} syncs on torch {TORCH}"):
+                    result = call()
+    return result, report, declared
+
+
+def _check_syncs(v, report, declared, *, must_sync: bool) -> None:
+    if report is None:
+        return
+    assert report.cuda_available, report.reason
+    assert not report.syncs, format_report(report)
+    kinds = {e.kind for e in report.allowed}
+    if declared is None:
+        assert not report.allowed, f"{v.name} declared clean on torch {TORCH}: {kinds}"
+        return
+    assert kinds <= declared, (f"{v.name} on torch {TORCH}: saw {sorted(kinds)}, declared "
+                               f"{sorted(declared)}\n{format_report(report)}")
+    assert all(e.reason and e.reason.startswith("declared:") for e in report.allowed)
+    if must_sync:
+        assert report.allowed, (f"{v.name} is declared to sync on torch {TORCH} "
+                                f"({sorted(declared)}) but no sync was seen: is the "
+                                "declaration stale?")
+
+
+def _expected_base(inp, ref_view):
+    """``inp.base`` on the CPU with the view's elements replaced by ``ref_view``."""
+    base = inp.base.detach().cpu().clone()
+    view = inp.inputs_embeds
+    base.as_strided(view.size(), view.stride(), view.storage_offset()).copy_(ref_view)
+    return base
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-example properties
+
+@pytest.mark.parametrize("name", ALL)
+@given(data=st.data(), mode=sgs.global_modes())
+def test_merge_properties(name, data, mode):
+    v = _variant(name)
+    inp = _inputs(data, name, mode)
+    with _setup("reference on the CPU"):
+        ref = reference_merge(inp.inputs_embeds, inp.is_multimodal, inp.mm_embeds)
+    work = inp.fresh()
+    out, report, declared = _call_audited(v, work, mode)
+    assert not isinstance(out, ValueError), f"well-formed example rejected: {out}"
+    assert out is work.inputs_embeds, "merge must work in place and return inputs_embeds"
+    with _setup("copying results back to compare"):
+        got = out.detach().cpu()
+        before = inp.inputs_embeds.detach().cpu()
+        mask = inp.is_multimodal.cpu()
+        assert got.dtype == inp.dtype
+        assert torch.equal(bits(got)[~mask], bits(before)[~mask]), "rows outside the mask changed"
+        assert torch.equal(bits(got), bits(ref)), "result differs from the reference"
+        assert torch.equal(bits(work.base.cpu()), bits(_expected_base(inp, ref))), (
+            "memory outside the inputs_embeds view changed")
+    _check_syncs(v, report, declared, must_sync=inp.n_slots > 0)
+
+
+@pytest.mark.parametrize("name", CHECKING)
+@given(data=st.data(), mode=sgs.global_modes(),
+       extra=st.integers(-3, 3).filter(bool))
+def test_count_mismatch_raises(name, data, mode, extra):
+    v = _variant(name)
+    inp = _inputs(data, name, mode, extra_rows=extra)
+    assume(inp.extra_rows != 0)  # fewer than zero rows is clamped to zero
+    work = inp.fresh()
+    err, report, declared = _call_audited(v, work, mode)
+    assert isinstance(err, ValueError), f"{name} accepted {inp.n_mm_rows} rows for " \
+                                        f"{inp.n_slots} slots"
+    msg = str(err)
+    assert re.search(rf"\b{inp.n_slots} multimodal token", msg), msg
+    assert re.search(rf"\b{inp.n_mm_rows} row", msg), msg
+    with _setup("copying results back to compare"):
+        assert torch.equal(bits(work.base.cpu()), bits(inp.base.cpu())), \
+            "inputs_embeds was written before the count check failed"
+    # The check must not cost a sync where the variant promises none (forbid() above).
+    _check_syncs(v, report, declared, must_sync=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# masked_scatter_: the findings
+
+def _small_example(n_tokens=8, hidden=16, slots=4, rows=4, mask_device=DEVICE):
+    with _setup("small example"):
+        x = torch.zeros(n_tokens, hidden, device=DEVICE)
+        mask = torch.zeros(n_tokens, dtype=torch.bool)
+        mask[1:1 + slots] = True
+        mask = mask.to(mask_device)
+        mm = torch.arange(rows * hidden, dtype=torch.float32, device=DEVICE).view(rows, hidden)
+    return x, mask, mm
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding: masked_scatter_ silently ignores surplus embedding rows; counting the device "
+    "mask's slots needs a sync, so the variant cannot check without giving up its one merit"))
+def test_masked_scatter_rejects_surplus_rows():
+    x, mask, mm = _small_example(slots=4, rows=6)
+    with pytest.raises(ValueError, match=r"\b4 multimodal token.*\b6 row"):
+        merge_masked_scatter(x, mask, mm)
+
+
+def test_masked_scatter_too_few_rows_on_cpu():
+    """On the CPU, too few rows is torch's RuntimeError (not our ValueError: no check)."""
+    x = torch.zeros(8, 16)
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[:4] = True
+    with pytest.raises(RuntimeError, match="source"):
+        merge_masked_scatter(x, mask, torch.ones(2, 16))
+
+
+_TOO_FEW = textwrap.dedent("""
+    import torch
+    from cases.merge import merge_masked_scatter
+    x = torch.zeros(8, 16, device="cuda")
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[:4] = True
+    merge_masked_scatter(x, mask.cuda(), torch.ones(2, 16, device="cuda"))
+    torch.cuda.synchronize()
+    print("NO_ERROR")
+""")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_masked_scatter_too_few_rows_asserts_on_device_in_a_subprocess():
+    """Too few rows trip a device-side assert, which poisons the CUDA context for the rest of
+    the process: run it in a child, and check this process's context survives."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.run([sys.executable, "-c", _TOO_FEW], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "NO_ERROR" not in proc.stdout, out[-3000:]
+    assert re.search(r"device-side assert|CUDA error", out), out[-3000:]
+    with _setup("checking this process's CUDA context"):
+        assert torch.ones(3, device="cuda").sum().item() == 3.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Input handling (device-agnostic)
+
+@pytest.mark.parametrize("name", ALL)
+def test_empty_list_and_all_false_mask(name):
+    v = _variant(name)
+    with _setup("small example"):
+        x = torch.randn(5, 7, device=DEVICE)
+        mask = torch.zeros(5, dtype=torch.bool)
+        mask = mask.to(DEVICE) if v.mask_on == "device" else mask
+        before = x.clone()
+    declared = expected_syncs(name, TORCH) if CUDA else None
+    with (syncguard.allow(f"declared: {name} syncs on torch {TORCH}") if declared
+          else contextlib.nullcontext()):
+        out = v.fn(x, mask, [])
+    assert out is x
+    with _setup("compare"):
+        assert torch.equal(bits(x.cpu()), bits(before.cpu()))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_bad_inputs_raise_clear_errors(name):
+    v = _variant(name)
+    with _setup("small example"):
+        x = torch.zeros(6, 8, device=DEVICE)
+        mask = torch.tensor([0, 1, 1, 0, 0, 0], dtype=torch.bool)
+        mask = mask.to(DEVICE) if v.mask_on == "device" else mask
+        mm = torch.ones(2, 8, device=DEVICE)
+    with pytest.raises(ValueError, match="last dim must be hidden=8"):
+        v.fn(x, mask, torch.ones(2, 5, device=DEVICE))
+    with pytest.raises(ValueError, match="bool tensor"):
+        v.fn(x, mask.to(torch.int64), mm)
+    with pytest.raises(ValueError, match=r"expected \(6,\)"):
+        v.fn(x, mask[:5], mm)
+    with pytest.raises(TypeError, match="tensor or a list"):
+        v.fn(x, mask, "not embeddings")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ALL)
+def test_wrong_mask_placement_raises(name):
+    v = _variant(name)
+    with _setup("small example"):
+        x = torch.zeros(6, 8, device="cuda")
+        mask = torch.tensor([0, 1, 1, 0, 0, 0], dtype=torch.bool)
+        right = mask.cuda() if v.mask_on == "device" else mask
+        wrong = mask if v.mask_on == "device" else mask.cuda()
+        mm = torch.ones(2, 8, device="cuda")
+        mm_cpu = mm.cpu()
+    with pytest.raises(ValueError, match="wants is_multimodal on"):
+        v.fn(x, wrong, mm)
+    with pytest.raises(ValueError, match="moving it would copy"):
+        v.fn(x, right, mm_cpu)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_cpu_merges_ask_cuda_for_nothing(name):
+    """On CPU tensors (any machine) no variant pins memory or touches CUDA streams: the CPU
+    path of the merge passes the same audit as the CPU path of batching."""
+    from syncguard.cpupath import cpu_path_audit
+
+    x = torch.zeros(6, 4)
+    mask = torch.tensor([0, 1, 1, 0, 1, 0], dtype=torch.bool)
+    with cpu_path_audit() as report:
+        VARIANTS[name].fn(x, mask, [torch.ones(1, 4), torch.full((2, 4), 2.0)])
+    assert report.clean, report.format()
+    assert x[mask].tolist() == [[1.0] * 4, [2.0] * 4, [2.0] * 4]
+
+
+# ---------------------------------------------------------------------------------------------
+# The declaration itself (data; no GPU needed)
+
+def test_declarations_are_data_per_torch_version():
+    assert expected_syncs("index_put_cpu_mask", "2.8.0") >= {"stream_sync"}
+    assert expected_syncs("index_put_cpu_mask", "2.9.0a0+gitabc") is None
+    assert expected_syncs("index_put_cpu_mask", "2.11.0+cu130") is None
+    assert expected_syncs("index_put_gpu_mask", "2.14.1") >= {"blocking_copy_d2h"}
+    for name in ("masked_scatter", "index_copy_rows", "triton_row_scatter"):
+        for version in ("2.8.0", "2.11.0", "2.14.1"):
+            assert expected_syncs(name, version) is None
+            assert expected_syncs(name, version, deterministic=True) is None
+    assert set(VARIANTS) == set(DECLARED_SYNCS), "every variant needs a declaration"
+    with pytest.raises(ValueError, match="unknown variant 'nope'"):
+        expected_syncs("nope", "2.11.0")
+    with pytest.raises(ValueError, match="cannot read a torch version"):
+        expected_syncs("masked_scatter", "latest")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: one stable row per variant for the version matrix, and measurements
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ALL)
+def test_declared_sync(name):
+    """At a fixed representative size (4096 tokens x 2048 bf16, half multimodal in runs)."""
+    v = _variant(name)
+    with _setup("representative example"):
+        x, mask, mm = representative_inputs(name, 4096, 2048)
+        ref = reference_merge(x, mask, mm)
+        torch.cuda.synchronize()
+    inp = sgs.MergeInputs(inputs_embeds=x, base=x, is_multimodal=mask, mm_embeds=mm,
+                          device=x.device, dtype=x.dtype, mm_dtype=mm.dtype,
+                          mask_placement="cuda" if mask.is_cuda else "cpu", layout="contiguous",
+                          tokens=4096, hidden=2048, n_slots=int(mask.sum()),
+                          n_mm_rows=mm.shape[0], mm_container="tensor", seed=0)
+    out, report, declared = _call_audited(v, inp, sgs.GlobalMode(deterministic=False))
+    assert out is x
+    with _setup("compare"):
+        assert torch.equal(bits(x.cpu()), bits(ref))
+    _check_syncs(v, report, declared, must_sync=True)
+
+
+_SIZES = ((8192, 4096, 10, 100), (131072, 8192, 5, 30))  # tokens, hidden, warm-up, reps
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("size", _SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("name", ALL)
+def test_merge_measurements(name, size, request):
+    """Recorded, not asserted: median ms by CUDA events, a plain copy of the same bytes, the
+    ratio and the peak extra device memory; the plugin copies them into the JSON report, one
+    flat row per variant and size so the reporter can follow each across torch versions."""
+    _variant(name)
+    tokens, hidden, warmup, reps = size
+    with syncguard.allow("measurement: timing waits for CUDA events"):
+        m = measure_merge(name, tokens, hidden, warmup=warmup, reps=reps)
+        torch.cuda.empty_cache()
+    request.node.user_properties.append(("syncguard_measurements", m))
+    assert m["median_ms"] > 0 and m["copy_median_ms"] > 0 and m["peak_extra_bytes"] >= 0

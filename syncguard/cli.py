@@ -1,0 +1,151 @@
+"""``syncguard report``: the run matrix of several session reports, gated against a baseline.
+
+Exit codes: 0 fine, 1 the gate chosen by ``--fail-on`` tripped, 2 bad input (one line on stderr;
+nothing is written). All input is read and checked before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+from . import matrix as mx
+from .events import SchemaError
+from .report import load_document, write_atomic
+
+
+class InputError(Exception):
+    """Bad input: reported as one line on stderr, exit 2."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="syncguard", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rep = sub.add_parser("report", help="matrix of session reports (one column per run)")
+    rep.add_argument("reports", nargs="+", metavar="REPORT",
+                     help="session report JSON files or glob patterns (quoted patterns are expanded)")
+    rep.add_argument("--baseline", metavar="FILE", help="accepted outcomes per run and case")
+    rep.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
+                     help="regression: exit 1 if a case got worse than the baseline; "
+                          "any: exit 1 on any unallowed sync or race; never: exit 0")
+    rep.add_argument("--update-baseline", action="store_true",
+                     help="write the current outcomes to --baseline (runs not given are kept); "
+                          "--fail-on still judges the baseline as it was")
+    rep.add_argument("--output", metavar="FILE", help="write the rendered output here, atomically")
+    return parser
+
+
+def expand(patterns: list[str], exclude: Path | None = None) -> list[Path]:
+    """Paths from arguments; patterns the shell left unexpanded are expanded here."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        if glob.has_magic(pattern) and not os.path.exists(pattern):
+            matched = sorted(glob.glob(pattern))
+            if not matched:
+                raise InputError(f"no reports matched {pattern!r}")
+            paths += map(Path, matched)
+        else:
+            paths.append(Path(pattern))
+    # One entry per file; a baseline next to the reports (reports/baseline.json) is not a report.
+    seen = {exclude.resolve()} if exclude else set()
+    found = []
+    for path in paths:
+        if path.resolve() not in seen:
+            seen.add(path.resolve())
+            found.append(path)
+    if not found:
+        raise InputError(f"no reports matched {' '.join(patterns)!r}")
+    return found
+
+
+def load_baseline(path: Path) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: baseline not found (create it with --update-baseline)") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read baseline ({e.strerror or e})") from None
+    try:
+        return mx.check_baseline(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+    except SchemaError as e:
+        raise InputError(f"{path}: {e}") from None
+
+
+def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: bool) -> str | None:
+    """Rendered text, or None when a rich table went straight to the terminal."""
+    if fmt == "markdown":
+        return mx.render_markdown(matrix, cmp)
+    if fmt == "json":
+        return mx.render_json(matrix, cmp)
+    from rich.console import Console
+
+    if to_terminal:
+        Console().print(mx.render_table(matrix, cmp))
+        return None
+    buffer = io.StringIO()
+    Console(file=buffer, width=160, color_system=None).print(mx.render_table(matrix, cmp))
+    return buffer.getvalue()
+
+
+def _write(path: str | Path, text: str) -> None:
+    try:
+        write_atomic(path, text)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+
+
+def report(args: argparse.Namespace) -> int:
+    if args.update_baseline and not args.baseline:
+        raise InputError("--update-baseline needs --baseline FILE (where to write it)")
+    if args.fail_on == "regression" and not args.baseline:
+        raise InputError("--fail-on regression needs --baseline FILE")
+    baseline_path = Path(args.baseline) if args.baseline else None
+    docs = []
+    for path in expand(args.reports, exclude=baseline_path):
+        try:
+            docs.append((str(path), load_document(path)))
+        except SchemaError as e:
+            raise InputError(str(e)) from None
+    try:
+        matrix = mx.build(docs)
+    except SchemaError as e:
+        raise InputError(str(e)) from None
+    baseline = None
+    if baseline_path and not (args.update_baseline and not baseline_path.exists()):
+        baseline = load_baseline(baseline_path)
+    cmp = mx.compare(matrix, baseline) if baseline is not None else None
+
+    # Input is good: from here on, write.
+    text = render(args.format, matrix, cmp, to_terminal=args.output is None)
+    if args.output:
+        _write(args.output, text)
+    elif text is not None:
+        sys.stdout.write(text)
+    if args.update_baseline:
+        _write(baseline_path, json.dumps(mx.make_baseline(matrix, baseline), indent=1,
+                                         ensure_ascii=False) + "\n")
+    # The gate judges the baseline as it was before any --update-baseline.
+    if args.fail_on == "regression":
+        return 1 if cmp and cmp.regressions else 0
+    if args.fail_on == "any":
+        return 1 if mx.unallowed(matrix) else 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:  # usage errors (2) and --help (0) as a return value, for callers and tests
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return report(args)
+    except InputError as e:
+        print(f"syncguard: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,520 @@
+"""The run matrix: session reports of several runs side by side, compared with each other and a baseline.
+
+Pure functions only (no argv, no exit codes, no writing): :mod:`syncguard.cli` does the IO.
+
+A *run* is one session report (torch version × device, named by :func:`report.run_label`); a
+*case* is one test nodeid. Runs sort by torch version (numeric, local part such as ``+cu130``
+ignored), GPU runs before CPU runs of the same version. Adjacent versions are compared within one
+*series* (same device and GPU model), so a CPU run never reads as a GPU case "getting cleaner".
+
+Baseline document (``schema_version`` 1), keyed by run label and nodeid so that a GPU run is
+only ever compared with the GPU baseline::
+
+    {"schema_version": 1, "kind": "syncguard-baseline",
+     "runs": {"torch 2.11.0+cu130 · NVIDIA H200": {
+         "cases/test_merge.py::test_x[cpu_mask]": {"state": "clean", "syncs": 0, "kinds": [],
+                                                    "allowed": 0, "allowed_kinds": []}}}}
+
+``state`` is a :data:`STATES` value; ``syncs``/``kinds`` count unallowed syncs plus races (kind
+``race``); ``allowed``/``allowed_kinds`` count syncs declared with ``allow()``. Updating keeps the
+entries of runs that were not part of the update, so a partial set of reports never drops a run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .events import RACE, SCHEMA_VERSION, SchemaError
+from .report import run_label
+
+#: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
+STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off", "missing")
+UNJUDGED = ("skipped", "not_audited", "off", "missing")
+FAILED_OUTCOMES = ("failed", "error")
+BASELINE_KIND = "syncguard-baseline"
+#: Measurement keys shown in tables: (key, column title).
+MEASURES = (("median_ms", "time"), ("ratio_to_copy", "× copy"), ("peak_extra_bytes", "peak extra"))
+
+
+def parse_version(text: str | None) -> tuple[int, ...]:
+    """'2.11.0+cu130' -> (2, 11, 0); the local part and any pre-release suffix are ignored."""
+    parts = []
+    for piece in (text or "").split("+", 1)[0].split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group()))
+        if digits.end() != len(piece):  # '0a0', '0rc1': keep the number, stop there
+            break
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One session report: a column of the matrix."""
+
+    label: str
+    path: str
+    torch: str
+    device: str
+    gpu: str | None
+    complete: bool = True
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        return parse_version(self.torch)
+
+    @property
+    def series(self) -> str:
+        """Runs whose versions are compared with each other: same device and GPU model."""
+        return (self.gpu or "cuda") if self.device == "cuda" else "cpu"
+
+    @property
+    def sort_key(self) -> tuple:
+        return (self.version, self.device != "cuda", self.series, self.label)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What one case did in one run. ``syncs`` holds unallowed syncs and races, as phrases."""
+
+    state: str
+    outcome: str | None = None
+    syncs: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    allowed: tuple[str, ...] = ()
+    allowed_kinds: tuple[str, ...] = ()
+    reason: str | None = None
+    measurements: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """Short cell text: 'clean', '2 syncs (stream_sync)', 'allowed 1 (blocking_copy_h2d)'…"""
+        if self.state in UNJUDGED:
+            return {"missing": "missing", "skipped": "skipped", "off": "not audited (audit off)",
+                    "not_audited": f"not audited ({self.reason or 'no reason given'})"}[self.state]
+        return summary(self.state, len(self.syncs), self.kinds, len(self.allowed), self.allowed_kinds)
+
+    @property
+    def detail(self) -> str:
+        """Longer text for the changes list: names the API, op and line of each sync."""
+        if self.state in UNJUDGED or self.state == "clean":
+            return self.text
+        parts = ["failed"] if self.state == "failed" else []
+        if self.syncs:
+            parts.append(f"{_count(len(self.syncs), 'sync')} ({_few(self.syncs)})")
+        if self.allowed:
+            parts.append(f"allowed {len(self.allowed)} ({_few(self.allowed)})")
+        return " + ".join(parts)
+
+    @property
+    def signature(self) -> tuple:
+        """Two cells with the same signature count as the same outcome."""
+        return (self.state, len(self.syncs), self.kinds, len(self.allowed), self.allowed_kinds)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    runs: tuple[Run, ...]
+    nodeids: tuple[str, ...]
+    cells: Mapping[tuple[str, str], Cell]  # (run label, nodeid) -> Cell
+
+    def cell(self, label: str, nodeid: str) -> Cell:
+        return self.cells.get((label, nodeid), MISSING)
+
+    def series(self) -> dict[str, list[Run]]:
+        out: dict[str, list[Run]] = {}
+        for run in self.runs:
+            out.setdefault(run.series, []).append(run)
+        return out
+
+
+MISSING = Cell("missing")
+
+
+@dataclass(frozen=True)
+class Change:
+    """A case whose outcome differs between adjacent versions of one series."""
+
+    nodeid: str
+    series: str
+    text: str  # "syncs on 2.8.0 (…), clean from 2.11.0"
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One case of one run compared with the baseline."""
+
+    label: str
+    nodeid: str
+    before: str
+    after: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    regressions: tuple[Delta, ...] = ()
+    improvements: tuple[Delta, ...] = ()
+    new_runs: tuple[str, ...] = ()
+    new_cases: tuple[Delta, ...] = ()
+    missing: tuple[Delta, ...] = ()
+
+
+# -- building -----------------------------------------------------------------------------------
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _few(items: Iterable[str], limit: int = 2) -> str:
+    uniq = list(dict.fromkeys(items))
+    more = f"; +{len(uniq) - limit} more" if len(uniq) > limit else ""
+    return "; ".join(uniq[:limit]) + more
+
+
+def summary(state: str, n_syncs: int, kinds: Iterable[str], n_allowed: int,
+            allowed_kinds: Iterable[str]) -> str:
+    parts = ["failed"] if state == "failed" else []
+    if n_syncs:
+        parts.append(f"{_count(n_syncs, 'sync')} ({', '.join(kinds)})")
+    if n_allowed:
+        parts.append(f"allowed {n_allowed} ({', '.join(allowed_kinds)})")
+    return " + ".join(parts) or state
+
+
+def _phrase(e: dict[str, Any]) -> str:
+    where = f"{os.path.basename(e['filename'])}:{e.get('lineno')}" if e.get("filename") else None
+    if e.get("kind") == RACE:
+        text = f"race: {e.get('what', '?')}"
+    else:
+        text = e.get("api") or e.get("kind") or "?"
+        text += f" via {e['op']}" if e.get("op") else ""
+    return text + (f" at {where}" if where else "")
+
+
+def make_cell(test: dict[str, Any], run: Run) -> Cell:
+    events = list(test.get("syncs") or []) + list(test.get("races") or [])
+    allowed = list(test.get("allowed") or [])
+    outcome, audit = test.get("outcome"), test.get("audit")
+    if outcome in FAILED_OUTCOMES:
+        state = "failed"
+    elif outcome == "skipped":
+        state = "skipped"
+    elif audit in ("not_audited", "off"):
+        state = audit
+    else:
+        state = "syncs" if events else "allowed" if allowed else "clean"
+    reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.get("reason")
+    numbers = {k: float(v) for k, v in (test.get("measurements") or {}).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return Cell(state, outcome, tuple(_phrase(e) for e in events),
+                tuple(sorted({e.get("kind", "?") for e in events})), tuple(_phrase(e) for e in allowed),
+                tuple(sorted({e.get("kind", "?") for e in allowed})), reason, numbers)
+
+
+def make_run(doc: dict[str, Any], path: str = "") -> Run:
+    env = doc.get("environment") or {}
+    device = env.get("device") or "cpu"
+    return Run(run_label(doc), str(path), env.get("torch") or "?", device,
+               env.get("gpu") if device == "cuda" else None, bool(doc.get("complete", True)))
+
+
+def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
+    """Matrix from (path, loaded document) pairs. Raises SchemaError for two reports of one run."""
+    runs: dict[str, Run] = {}
+    cells: dict[tuple[str, str], Cell] = {}
+    for path, doc in docs:
+        run = make_run(doc, path)
+        if run.label in runs:
+            raise SchemaError(f"{runs[run.label].path} and {path} are both reports of run "
+                              f"'{run.label}'; pass one of them")
+        runs[run.label] = run
+        for test in doc["tests"]:
+            cells[(run.label, test["nodeid"])] = make_cell(test, run)
+    ordered = tuple(sorted(runs.values(), key=lambda r: r.sort_key))
+    nodeids = tuple(sorted({nodeid for _, nodeid in cells}))
+    return Matrix(ordered, nodeids, cells)
+
+
+# -- comparing ----------------------------------------------------------------------------------
+
+def _short_versions(runs: list[Run]) -> dict[str, str]:
+    """'2.11.0' per run label, or the full version where two runs of a series share the short one."""
+    short = {r.label: r.torch.split("+", 1)[0] for r in runs}
+    dup = {v for v in short.values() if list(short.values()).count(v) > 1}
+    return {r.label: (r.torch if short[r.label] in dup else short[r.label]) for r in runs}
+
+
+def changes(matrix: Matrix) -> list[Change]:
+    """Every case whose outcome differs between adjacent versions, in words."""
+    out = []
+    for series, runs in matrix.series().items():
+        if len(runs) < 2:
+            continue
+        names = _short_versions(runs)
+        for nodeid in matrix.nodeids:
+            segments: list[tuple[Cell, list[str]]] = []
+            for run in runs:
+                cell = matrix.cell(run.label, nodeid)
+                if segments and segments[-1][0].signature == cell.signature:
+                    segments[-1][1].append(names[run.label])
+                else:
+                    segments.append((cell, [names[run.label]]))
+            if len(segments) < 2:
+                continue
+            words = []
+            for i, (cell, versions) in enumerate(segments):
+                span = versions[0] if len(versions) == 1 else f"{versions[0]} to {versions[-1]}"
+                when = f"from {versions[0]}" if i == len(segments) - 1 else f"on {span}"
+                extra = _few(cell.syncs + cell.allowed) if cell.syncs or cell.allowed else ""
+                words.append(f"{cell.text} {when}" + (f" ({extra})" if extra else ""))
+            out.append(Change(nodeid, series, ", ".join(words)))
+    return out
+
+
+def baseline_entry(cell: Cell) -> dict[str, Any]:
+    return {"state": cell.state, "syncs": len(cell.syncs), "kinds": list(cell.kinds),
+            "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds)}
+
+
+def make_baseline(matrix: Matrix, old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept."""
+    runs = dict((old or {}).get("runs", {}))
+    for run in matrix.runs:
+        runs[run.label] = {n: baseline_entry(matrix.cell(run.label, n)) for n in matrix.nodeids
+                           if matrix.cell(run.label, n).state != "missing"}
+    return {"schema_version": SCHEMA_VERSION, "kind": BASELINE_KIND,
+            "runs": {label: runs[label] for label in sorted(runs)}}
+
+
+def check_baseline(data: Any) -> dict[str, Any]:
+    """Validate a loaded baseline; raises SchemaError with the bad value named."""
+    if not isinstance(data, dict):
+        raise SchemaError("baseline is not a JSON object")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise SchemaError(f"baseline has schema_version {data.get('schema_version')!r}; "
+                          f"this syncguard reads {SCHEMA_VERSION}")
+    if data.get("kind") != BASELINE_KIND:
+        raise SchemaError(f"kind is {data.get('kind')!r}, not {BASELINE_KIND!r}")
+    if not isinstance(data.get("runs"), dict):
+        raise SchemaError("'runs' is missing or not an object")
+    for label, cases in data["runs"].items():
+        if not isinstance(cases, dict):
+            raise SchemaError(f"run {label!r} is not an object")
+        for nodeid, e in cases.items():
+            if (not isinstance(e, dict) or e.get("state") not in STATES
+                    or not isinstance(e.get("syncs"), int) or not isinstance(e.get("kinds"), list)):
+                raise SchemaError(f"malformed entry for {nodeid!r} in run {label!r}")
+    return data
+
+
+def _entry_text(e: dict[str, Any]) -> str:
+    if e["state"] in UNJUDGED:
+        return e["state"].replace("_", " ")
+    return summary(e["state"], e["syncs"], e["kinds"], e.get("allowed", 0), e.get("allowed_kinds", []))
+
+
+def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
+    """Each run's cells against the baseline entries of the same run label.
+
+    Regression: now fails, or (both audited) more unallowed syncs/races or a new kind.
+    Improvement: no longer fails, or fewer syncs or a kind gone, with no regression.
+    Unaudited cells (CPU, skipped) never count either way for sync behaviour.
+    """
+    reg, imp, new_cases, missing, new_runs = [], [], [], [], []
+    for run in matrix.runs:
+        accepted = baseline["runs"].get(run.label)
+        if accepted is None:
+            new_runs.append(run.label)
+            continue
+        for nodeid in sorted(set(matrix.nodeids) | set(accepted)):
+            cell, b = matrix.cell(run.label, nodeid), accepted.get(nodeid)
+            if b is None:
+                if cell.state != "missing":
+                    new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
+                continue
+            before = _entry_text(b)
+            if cell.state == "missing":
+                missing.append(Delta(run.label, nodeid, before, "missing"))
+                continue
+            worse, better = [], []
+            if cell.state == "failed" and b["state"] != "failed":
+                worse.append("now fails")
+            elif b["state"] == "failed" and cell.state != "failed":
+                better.append("no longer fails")
+            if cell.state not in UNJUDGED and b["state"] not in UNJUDGED:
+                n, kinds = len(cell.syncs), set(cell.kinds)
+                if n > b["syncs"]:
+                    worse.append(f"syncs {b['syncs']} -> {n}")
+                elif n < b["syncs"]:
+                    better.append(f"syncs {b['syncs']} -> {n}")
+                if kinds - set(b["kinds"]):
+                    worse.append(f"new kind {', '.join(sorted(kinds - set(b['kinds'])))}")
+                if set(b["kinds"]) - kinds:
+                    better.append(f"no more {', '.join(sorted(set(b['kinds']) - kinds))}")
+            if worse:
+                reg.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(worse)))
+            elif better:
+                imp.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(better)))
+    return Comparison(tuple(reg), tuple(imp), tuple(new_runs), tuple(new_cases), tuple(missing))
+
+
+def unallowed(matrix: Matrix) -> list[tuple[str, str]]:
+    """(run label, nodeid) of every cell with an unallowed sync or race."""
+    return [key for key, cell in matrix.cells.items() if cell.syncs]
+
+
+# -- measurements -------------------------------------------------------------------------------
+
+def _fmt_measure(key: str, value: float) -> str:
+    if key == "peak_extra_bytes":
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if abs(value) >= size:
+                return f"{value / size:.1f} {unit}"
+        return f"{value:.0f} B"
+    if key == "ratio_to_copy":
+        return f"{value:.1f}×"
+    return f"{value:.2f} ms" if key.endswith("_ms") else f"{value:g}"
+
+
+def measurement_rows(matrix: Matrix) -> list[list[str]]:
+    """[case, run, time, × copy, peak extra] with the change in percent since the previous version
+    of the same series that measured it."""
+    rows = []
+    for nodeid in matrix.nodeids:
+        for series, runs in matrix.series().items():
+            prev: dict[str, float] = {}
+            for run in runs:
+                m = matrix.cell(run.label, nodeid).measurements
+                if not any(k in m for k, _ in MEASURES):
+                    continue
+                row = [nodeid, run.label]
+                for key, _ in MEASURES:
+                    if key not in m:
+                        row.append("")
+                        continue
+                    text = _fmt_measure(key, m[key])
+                    if prev.get(key):
+                        text += f" ({(m[key] - prev[key]) / prev[key] * 100:+.1f}%)"
+                    row.append(text)
+                    prev[key] = m[key]
+                rows.append(row)
+    return rows
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _totals(matrix: Matrix) -> str:
+    n_bad = len({n for _, n in unallowed(matrix)})
+    incomplete = [r.label for r in matrix.runs if not r.complete]
+    text = (f"{_count(len(matrix.runs), 'run')}, {_count(len(matrix.nodeids), 'case')}; "
+            f"{n_bad} with unallowed syncs or races")
+    return text + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
+
+
+def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
+    if cmp is None:
+        return []
+
+    def fmt(d: Delta) -> str:
+        return f"{d.nodeid} on {d.label}: {d.before} -> {d.after}" + (f" ({d.why})" if d.why else "")
+
+    return [("Regressions", [fmt(d) for d in cmp.regressions]),
+            ("Improvements", [fmt(d) for d in cmp.improvements]),
+            ("New runs (not in baseline)", list(cmp.new_runs)),
+            ("New cases (not in baseline)", [fmt(d) for d in cmp.new_cases]),
+            ("Missing (in baseline, not in run)", [fmt(d) for d in cmp.missing])]
+
+
+def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
+    """A GitHub job summary: totals, the matrix table, changes, baseline comparison, measurements."""
+    out = ["## syncguard", "", _totals(matrix), ""]
+    out.append("| case | " + " | ".join(_md(r.label) for r in matrix.runs) + " |")
+    out.append("|---" * (len(matrix.runs) + 1) + "|")
+    for nodeid in matrix.nodeids:
+        out.append(f"| `{_md(nodeid)}` | "
+                   + " | ".join(_md(matrix.cell(r.label, nodeid).text) for r in matrix.runs) + " |")
+    found = changes(matrix)
+    out += ["", "### Changes between versions", ""]
+    out += [f"- `{_md(c.nodeid)}` ({_md(c.series)}): {_md(c.text)}" for c in found] or ["- none"]
+    if cmp is not None:
+        out += ["", "### Against the baseline", ""]
+        for title, lines in _comparison_lines(cmp):
+            if lines:
+                out += [f"**{title}**", ""] + [f"- {_md(x)}" for x in lines] + [""]
+        if not any(lines for _, lines in _comparison_lines(cmp)):
+            out += ["- same as the baseline", ""]
+    rows = measurement_rows(matrix)
+    if rows:
+        out += ["", "### Measurements", "", "| case | run | " + " | ".join(t for _, t in MEASURES) + " |",
+                "|---" * (len(MEASURES) + 2) + "|"]
+        out += [f"| `{_md(row[0])}` | " + " | ".join(_md(x) for x in row[1:]) + " |" for row in rows]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
+    """Machine-readable matrix (kind 'syncguard-matrix')."""
+    def cell(c: Cell) -> dict[str, Any]:
+        return {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": list(c.syncs),
+                "kinds": list(c.kinds), "allowed": list(c.allowed),
+                "allowed_kinds": list(c.allowed_kinds), "reason": c.reason,
+                "measurements": dict(c.measurements)}
+
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION, "kind": "syncguard-matrix",
+        "runs": [{"label": r.label, "path": r.path, "torch": r.torch, "device": r.device,
+                  "gpu": r.gpu, "complete": r.complete} for r in matrix.runs],
+        "cases": [{"nodeid": n, "cells": {r.label: cell(matrix.cell(r.label, n)) for r in matrix.runs}}
+                  for n in matrix.nodeids],
+        "changes": [{"nodeid": c.nodeid, "series": c.series, "text": c.text} for c in changes(matrix)],
+        "baseline": None,
+    }
+    if cmp is not None:
+        doc["baseline"] = {"regressions": [asdict(d) for d in cmp.regressions],
+                           "improvements": [asdict(d) for d in cmp.improvements],
+                           "new_runs": list(cmp.new_runs),
+                           "new_cases": [asdict(d) for d in cmp.new_cases],
+                           "missing": [asdict(d) for d in cmp.missing]}
+    return doc
+
+
+def render_json(matrix: Matrix, cmp: Comparison | None = None) -> str:
+    return json.dumps(to_json(matrix, cmp), indent=1, ensure_ascii=False) + "\n"
+
+
+def render_table(matrix: Matrix, cmp: Comparison | None = None):
+    """rich renderables for a terminal: the matrix, then the same lists as the markdown."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    style = {"clean": "green", "syncs": "bold red", "failed": "bold red", "allowed": "yellow"}
+    table = Table(title="syncguard", caption=_totals(matrix))
+    table.add_column("case", overflow="fold")
+    for run in matrix.runs:
+        table.add_column(Text(run.label), overflow="fold")
+    for nodeid in matrix.nodeids:  # Text, not str: '[param]' in a nodeid is not rich markup
+        cells = [matrix.cell(r.label, nodeid) for r in matrix.runs]
+        table.add_row(Text(nodeid), *(Text(c.text, style=style.get(c.state, "dim")) for c in cells))
+    parts: list[Any] = [table, Text("Changes between versions", style="bold")]
+    parts += [Text(f"  {c.nodeid} ({c.series}): {c.text}") for c in changes(matrix)] or [Text("  none")]
+    for title, lines in _comparison_lines(cmp):
+        if lines:
+            parts += [Text(title, style="bold")] + [Text(f"  {x}") for x in lines]
+    rows = measurement_rows(matrix)
+    if rows:
+        mt = Table(title="measurements")
+        for title in ["case", "run"] + [t for _, t in MEASURES]:
+            mt.add_column(title, overflow="fold")
+        for row in rows:
+            mt.add_row(*map(Text, row))
+        parts.append(mt)
+    return Group(*parts)

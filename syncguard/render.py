@@ -1,0 +1,150 @@
+"""What a person reads: the failure table, fix hints, and the session summary lines.
+
+Rendered to plain text (rich, no colour) so it fits pytest's longrepr, report sections and logs.
+"""
+from __future__ import annotations
+
+import io
+import linecache
+from collections import Counter
+from typing import Iterable
+
+from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
+                     PAGEABLE_COPY, Report, SyncEvent)
+
+_MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
+             "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
+HINTS = {
+    "mask": "keep the mask on the CPU (torch>=2.9 indexes without a sync) or precompute indices",
+    "repeat_interleave": "pass output_size= to repeat_interleave",
+    "pin": "pin the host tensor and use non_blocking=True",
+    "d2h": "copy into pinned memory with non_blocking=True and wait on an event when needed",
+    "scalar": "keep the value on the device, or allow(...) it with a reason",
+    "free": "avoid torch.cuda.empty_cache() in the hot path",
+    "wait": "wait on an event/stream instead of the whole device",
+    "default": "remove the sync, or allow(...) it with a reason",
+}
+
+
+def source_line(event: SyncEvent) -> str:
+    if not event.filename or not event.lineno:
+        return ""
+    return linecache.getline(event.filename, event.lineno).strip()
+
+
+def hint_for(event: SyncEvent) -> str:
+    """One line saying how such a sync is usually removed; the default names allow()."""
+    ops = tuple(event.ops) + ((event.op,) if event.op else ())
+    src = source_line(event)
+    if "aten::repeat_interleave" in ops or "repeat_interleave" in src:
+        return HINTS["repeat_interleave"]
+    if any(o in _MASK_OPS for o in ops):
+        return HINTS["mask"]
+    if event.kind in (PAGEABLE_COPY, BLOCKING_COPY_H2D):
+        return HINTS["pin"]
+    if "aten::_local_scalar_dense" in ops or "aten::item" in ops:
+        return HINTS["scalar"]
+    if event.kind == BLOCKING_COPY_D2H:
+        return HINTS["d2h"]
+    if event.kind == IMPLICIT_FREE:
+        return HINTS["free"]
+    if event.kind in (DEVICE_SYNC, EVENT_SYNC):
+        return HINTS["wait"]
+    return HINTS["default"]
+
+
+def site_key(e: SyncEvent) -> tuple:
+    return (e.kind, e.api, e.op, e.filename, e.lineno)
+
+
+def group_by_site(events: Iterable[SyncEvent]) -> list[tuple[SyncEvent, int]]:
+    """Distinct call sites in first-seen order with how often each synced."""
+    first: dict[tuple, SyncEvent] = {}
+    counts: Counter = Counter()
+    for e in events:
+        k = site_key(e)
+        first.setdefault(k, e)
+        counts[k] += 1
+    return [(e, counts[k]) for k, e in first.items()]
+
+
+def _short(path: str | None, lineno: int | None) -> str:
+    if not path:
+        return "<unknown>"
+    import os
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        rel = path
+    return f"{rel if not rel.startswith('..' + os.sep + '..') else path}:{lineno}"
+
+
+def render_report(report: Report, title: str | None = None, width: int = 110,
+                  max_rows: int = 20) -> str:
+    """The failure table: one row per call site, a numbered hint under it, then races and notes."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text  # cells are Text: source like x[mask] is not rich markup
+
+    table = Table(box=box.SIMPLE_HEAD, show_lines=True, pad_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("where / source", overflow="fold", ratio=3)
+    table.add_column("sync (kind, API, aten op)", overflow="fold", ratio=2)
+    table.add_column("thread", overflow="fold")
+    table.add_column("blocked", justify="right", no_wrap=True)
+    rows = group_by_site(report.syncs)
+    hints = []
+    for i, (e, n) in enumerate(rows[:max_rows], 1):
+        blocked = f"{e.host_blocked_us:.0f} us" if e.host_blocked_us is not None else "-"
+        what = "\n".join(x for x in (e.kind + (f" x{n}" if n > 1 else ""), e.api, e.op) if x)
+        where = _short(e.filename, e.lineno) + (f"\n{source_line(e)}" if source_line(e) else "")
+        table.add_row(str(i), Text(where), Text(what), Text(e.thread or "-"), blocked)
+        hints.append(f"hint #{i}: {hint_for(e)}" + (f" [{e.note}]" if e.note else ""))
+    out = io.StringIO()
+    console = Console(file=out, width=width, color_system=None, force_terminal=False,
+                      no_color=True, highlight=False, soft_wrap=True)
+    console.print(title or f"syncguard: {report.summary()}", markup=False)
+    if rows:
+        console.print(table)
+        for h in hints:
+            console.print(h, markup=False)
+    if len(rows) > max_rows:
+        console.print(f"... and {len(rows) - max_rows} more call site(s)")
+    for r in report.races:
+        console.print(f"race: {r.what} on {r.tensor or '?'} at {_short(r.filename, r.lineno)}",
+                      markup=False)
+    if report.allowed:
+        console.print(f"{len(report.allowed)} allowed sync(s): " + "; ".join(
+            f"{_short(e.filename, e.lineno)} ({e.reason})" for e, _ in
+            group_by_site(report.allowed)[:5]), markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n") + "\n"
+
+
+def summary_lines(tests: list[dict], counts: dict[str, int], top: int = 5) -> list[str]:
+    """The terminal summary: counts, then the call sites that synced most across the session."""
+    off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
+    lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
+             f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed only; "
+             f"{counts.get('not_audited', 0)} not audited (no CUDA)"
+             + (f"; {off} not audited (off/not run)" if off else "")]
+    sites: Counter = Counter()
+    tests_at: dict[tuple, set] = {}
+    label: dict[tuple, str] = {}
+    for t in tests:
+        for d in t.get("syncs", []):
+            e = SyncEvent.from_dict(d)
+            k = site_key(e)
+            sites[k] += 1
+            tests_at.setdefault(k, set()).add(t.get("nodeid"))
+            label[k] = f"{_short(e.filename, e.lineno)}  {e.kind} {e.op or e.api}"
+    if sites:
+        lines.append("top sync sites:")
+        for k, n in sites.most_common(top):
+            lines.append(f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))")
+    not_audited = sorted({t.get("reason") for t in tests if t.get("audit") == "not_audited"} - {None})
+    if not_audited:
+        lines.append("not audited because: " + "; ".join(not_audited))
+    return lines

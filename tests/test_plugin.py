@@ -1,0 +1,487 @@
+"""The pytest plugin's plumbing, on the CPU.
+
+Every inner test run here uses the FAKE detector (``--syncguard-detectors=fake`` and
+``syncguard.testing.fake_sync()``) or a faked sticky-CUDA-error probe: they prove options, markers,
+reports, xdist merging and isolation, never GPU behaviour (samples/gpu_project does that on a GPU).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from syncguard import report as report_doc
+from syncguard.events import DETECTORS
+
+# pytester's in-process runs drop modules first imported inside them; import the heavy ones here
+# so each inner run does not pay for them again.
+import hypothesis  # noqa: E402,F401
+import warnings  # noqa: E402
+
+with warnings.catch_warnings():  # libcst (used to write failing-example patches) warns on import
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import hypothesis.extra._patching  # noqa: E402,F401
+import rich.console  # noqa: E402,F401
+import rich.table  # noqa: E402,F401
+import syncguard.render  # noqa: E402,F401
+import syncguard.session  # noqa: E402,F401
+import torch  # noqa: E402,F401
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = "--syncguard-detectors=fake"
+
+
+def _plugin_args() -> list[str]:
+    """Load the plugin once: by entry point when installed, else by module path."""
+    installed = any(ep.value == "syncguard.plugin"
+                    for ep in importlib.metadata.entry_points(group="pytest11"))
+    if not installed:
+        return ["-p", "syncguard.plugin"]
+    return ["-p", "syncguard"] if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+    def _run(*args, subprocess=False, **kw):
+        args = [*_plugin_args(), "-p", "no:cacheprovider", *args]
+        if subprocess:
+            return pytester.runpytest_subprocess(*args, timeout=180)
+        return pytester.runpytest(*args, **kw)
+    return _run
+
+
+def _doc(pytester, name="r.json"):
+    return report_doc.load_document(pytester.path / name)
+
+
+def _line(source: str, needle: str) -> int:
+    """1-based line of needle in a file written by pytester.makepyfile (which dedents and strips)."""
+    import textwrap
+    return textwrap.dedent(source).strip().splitlines().index(
+        next(x for x in textwrap.dedent(source).strip().splitlines() if needle in x)) + 1
+
+
+def _tests(doc):
+    return {t["nodeid"].split("::")[-1]: t for t in doc["tests"]}
+
+
+SYNCING = """
+    import pytest
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def test_clean():
+        pass
+
+    def test_sync():
+        fake_sync(op="aten::nonzero")
+
+    @pytest.mark.allow_sync(reason="the loss is logged once per step")
+    def test_allowed():
+        fake_sync(op="aten::_local_scalar_dense")
+
+    @pytest.mark.no_syncguard
+    def test_off():
+        fake_sync()
+"""
+
+
+# -- options, ini, validation ------------------------------------------------------------------
+
+def test_fail_mode_fails_with_table_naming_line(pytester, run):
+    pytester.makepyfile(test_m=SYNCING)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=3, failed=1)
+    out = res.stdout.str()
+    line = _line(SYNCING, "aten::nonzero")
+    assert f"test_m.py:{line}" in out and 'fake_sync(op="aten::nonzero")' in out
+    assert "keep the mask on the CPU" in out  # the hint for aten::nonzero
+    tests = _tests(_doc(pytester))
+    assert [tests[n]["audit"] for n in ("test_clean", "test_sync", "test_allowed", "test_off")] == [
+        "clean", "syncs", "allowed", "off"]
+    assert tests["test_allowed"]["allowed"][0]["reason"] == "the loss is logged once per step"
+    assert tests["test_sync"]["syncs"][0]["lineno"] == line
+    res.stdout.fnmatch_lines(["*= syncguard =*", "3 test(s) audited: 1 clean, 1 with syncs, 1 allowed*",
+                              "top sync sites:", f"*1x*test_m.py:{line}*aten::nonzero*(1 test(s))"])
+
+
+def test_warn_mode_warns_and_w_error_fails(pytester, run):
+    pytester.makepyfile(test_m=SYNCING)
+    res = run("--syncguard", "--syncguard-mode=warn", FAKE)
+    res.assert_outcomes(passed=4)
+    res.stdout.fnmatch_lines([f"*test_m.py:{_line(SYNCING, 'aten::nonzero')}: SyncguardWarning: "
+                              "syncguard: 1 sync(s)*"])
+    # -p no:benchmark: pytest-benchmark warns (a UserWarning) at configure under xdist
+    res = run("--syncguard", "--syncguard-mode=warn", FAKE, "-W", "error::UserWarning",
+              "-p", "no:benchmark")
+    res.assert_outcomes(passed=3, failed=1)
+
+
+def test_ini_twins_and_cli_wins(pytester, run):
+    pytester.makepyfile(test_m=SYNCING)
+    pytester.makeini("[pytest]\nsyncguard = true\nsyncguard_mode = record\n"
+                     "syncguard_detectors = fake\nsyncguard_report = ini.json\n")
+    run().assert_outcomes(passed=4)  # record: nothing fails
+    assert _doc(pytester, "ini.json")["options"]["mode"] == "record"
+    run("--syncguard-mode=fail").assert_outcomes(passed=3, failed=1)
+
+
+@pytest.mark.parametrize("args, ini, message", [
+    (["--syncguard-mode=loud"], "", "command line option --syncguard-mode: 'loud' is not one of"),
+    ([], "syncguard_mode = loud", "ini option syncguard_mode (*tox.ini): 'loud' is not one of"),
+    (["--syncguard-detectors=debug,sniff"], "", "command line option --syncguard-detectors: "
+                                                "unknown detector(s) [[]'sniff'[]]*"),
+    ([], "syncguard_races = maybe", "ini option syncguard_races (*): 'maybe' is not a boolean*"),
+    ([], "syncguard_warmup = nocolon", "ini option syncguard_warmup (*): 'nocolon' is not of the "
+                                       "form 'module:callable'"),
+    ([], "syncguard_warmup = no_such_mod:fn", "*syncguard_warmup: cannot load 'no_such_mod:fn'*"),
+])
+def test_bad_values_name_their_source(pytester, run, args, ini, message):
+    pytester.makepyfile("def test_x(): pass")
+    pytester.makefile(".ini", tox=f"[pytest]\n{ini}\n")
+    res = run("--syncguard", *args)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"ERROR: syncguard: {message}*"])
+
+
+# -- markers and fixture -----------------------------------------------------------------------
+
+def test_marker_opts_in_and_overrides_without_flag(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        @pytest.mark.syncguard(detectors="fake")
+        def test_in():
+            fake_sync()
+
+        @pytest.mark.syncguard(detectors=["fake"], mode="record")
+        def test_in_record():
+            fake_sync()
+
+        def test_not_in():
+            fake_sync()  # no region: delivered nowhere
+    """)
+    res = run("--syncguard-report=r.json")
+    res.assert_outcomes(passed=2, failed=1)
+    assert sorted(_tests(_doc(pytester))) == ["test_in", "test_in_record"]
+
+
+@pytest.mark.parametrize("mark, message", [
+    ("allow_sync", "needs reason='why this sync is acceptable'"),
+    ("allow_sync(max=2)", "needs reason=*"),
+    ("allow_sync(reason='x', maxx=2)", "*unexpected keyword argument 'maxx'"),
+    ("allow_sync(reason='x', kind='sideways')", "allow(kind=...) must be one of*"),
+    ("syncguard(mode='loud')", "mode: 'loud' is not one of fail, warn, record"),
+])
+def test_bad_marker_is_usage_error_at_collection(pytester, run, mark, message):
+    pytester.makepyfile(test_m=f"""
+        import pytest
+        @pytest.mark.{mark}
+        def test_x(): pass
+    """)
+    res = run("--syncguard", FAKE)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"ERROR: test_m.py::test_x: @pytest.mark.{mark.split('(')[0]}: {message}"])
+
+
+def test_allow_sync_max_and_kind(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        @pytest.mark.allow_sync(reason="one readback", max=1)
+        def test_over_max():
+            fake_sync()
+            fake_sync()
+
+        @pytest.mark.allow_sync(reason="device sync only", kind="device_sync")
+        def test_other_kind():
+            fake_sync(kind="stream_sync")
+    """)
+    run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(failed=2)
+    t = _tests(_doc(pytester))
+    assert (len(t["test_over_max"]["allowed"]), len(t["test_over_max"]["syncs"])) == (1, 1)
+    assert "exceeds allow(max=1)" in t["test_over_max"]["syncs"][0]["note"]
+    assert t["test_other_kind"]["allowed"] == []
+
+
+def test_fixture_forbid_allow_and_measurements(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        def test_part(syncguard, request):
+            fake_sync()  # outside forbid(): only the whole-test audit sees it (record mode)
+            syncguard.record("peak_mb", 12.5)
+            request.node.user_properties.append(("syncguard_measurements", {"steps": 3}))
+            with syncguard.allow("readback"):
+                with syncguard.forbid():
+                    fake_sync()
+            with pytest.raises(Exception, match="1 sync"):
+                with syncguard.forbid():
+                    fake_sync(kind="device_sync", api="cudaDeviceSynchronize")
+
+        def test_bad_measurement(syncguard):
+            syncguard.record("obj", object())
+    """)
+    res = run("--syncguard", "--syncguard-mode=record", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*TypeError: syncguard.record('obj', ...): object is not JSON serial*"])
+    t = _tests(_doc(pytester))["test_part"]
+    assert t["measurements"] == {"steps": 3, "peak_mb": 12.5}
+    assert (len(t["syncs"]), len(t["allowed"])) == (2, 1)
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def test_report_schema_and_no_cuda(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+        def test_a(): pass
+        @pytest.mark.skip(reason="nope")
+        def test_skipped(): pass
+        @pytest.mark.xfail
+        def test_xf(): assert 0
+    """)
+    # default detectors on this CPU-only machine: nothing can be audited, nothing fails for it
+    res = run("--syncguard", "--syncguard-report=sub/r.json")
+    res.assert_outcomes(passed=1, skipped=1, xfailed=1)
+    doc = _doc(pytester, "sub/r.json")
+    assert doc["complete"] is True and doc["options"]["detectors"] == list(DETECTORS)
+    t = _tests(doc)
+    for entry in t.values():
+        assert tuple(entry) == report_doc.TEST_FIELDS
+    assert t["test_a"]["audit"] == "not_audited" and "CUDA is not available" in t["test_a"]["reason"]
+    assert (t["test_skipped"]["outcome"], t["test_skipped"]["audit"]) == ("skipped", "off")
+    assert t["test_xf"]["outcome"] == "xfailed"
+    assert doc["summary"] == {"tests": 3, "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
+                              "not_audited": 2}
+    res.stdout.fnmatch_lines(["*2 not audited (no CUDA)*",
+                              "not audited because: CUDA is not available*"])
+    assert not list((pytester.path / "sub").glob(".r.json.*"))  # no temp file left behind
+
+
+def test_interrupt_and_sys_exit_leave_valid_report_and_no_region(pytester, run):
+    pytester.makepyfile(test_m="""
+        import sys
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        def test_a():
+            fake_sync()
+
+        def test_exit():
+            sys.exit(3)
+
+        def test_ctrl_c():
+            fake_sync()
+            raise KeyboardInterrupt
+
+        def test_never():
+            pass
+    """)
+    res = run("--syncguard", "--syncguard-mode=record", FAKE, "--syncguard-report=r.json",
+              no_reraise_ctrlc=True)
+    assert res.ret == pytest.ExitCode.INTERRUPTED
+    doc = _doc(pytester)
+    assert doc["complete"] is False
+    t = _tests(doc)
+    assert sorted(t) == ["test_a", "test_exit"] and t["test_exit"]["outcome"] == "failed"
+    from syncguard import scope
+    assert scope._regions.get() == () and scope._allows.get() == ()
+
+
+def test_warmup_hook_runs_once_per_process(pytester, run):
+    pytester.makepyfile(sgwarm="CALLS = []\ndef warm():\n    CALLS.append(1)\n")
+    pytester.makepyfile(test_m="""
+        import pytest, sgwarm
+
+        def test_a():
+            assert sgwarm.CALLS == [1]
+
+        def test_b():
+            assert sgwarm.CALLS == [1]
+    """)
+    pytester.makeini("[pytest]\nsyncguard_warmup = sgwarm:warm\n")
+    pytester.syspathinsert()
+    run("--syncguard", FAKE).assert_outcomes(passed=2)
+    pytester.makeini("[pytest]\nsyncguard_warmup = sgwarm:CALLS\n")
+    res = run("--syncguard", FAKE)
+    res.stderr.fnmatch_lines(["ERROR: syncguard: ini option syncguard_warmup: 'sgwarm:CALLS' is not "
+                              "callable"])
+
+
+# -- hypothesis --------------------------------------------------------------------------------
+
+HYPO = """
+    from hypothesis import given, settings, strategies as st
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    @settings(max_examples=40, database=None, deadline=None)
+    @given(st.integers(0, 1000))
+    def test_h(n):
+        if n >= 17:
+            fake_sync(op="aten::_local_scalar_dense")
+"""
+
+
+def test_hypothesis_fail_mode_shrinks_to_smallest_syncing_input(pytester, run):
+    pytester.makepyfile(test_m=HYPO)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*Falsifying example: test_h(*", "*n=17,*"])
+    t = _tests(_doc(pytester))["test_h"]
+    assert len(t["syncs"]) == 1 and t["syncs"][0]["lineno"] == _line(HYPO, "fake_sync(")
+    assert t["examples"] > 1
+
+
+def test_hypothesis_record_mode_lists_each_site_once(pytester, run):
+    pytester.makepyfile(test_m=HYPO)
+    run("--syncguard", "--syncguard-mode=record", FAKE, "--syncguard-report=r.json"
+        ).assert_outcomes(passed=1)
+    t = _tests(_doc(pytester))["test_h"]
+    assert t["examples"] == 40 and len(t["syncs"]) == 1 and t["audit"] == "syncs"
+
+
+def test_hypothesis_deadline_suspended_while_auditing(pytester, run):
+    pytester.makepyfile(test_m="""
+        import time
+        from hypothesis import Phase, example, given, settings, strategies as st
+
+        class TestSlow:
+            @settings(phases=[Phase.explicit], database=None, deadline=1)
+            @given(st.integers())
+            @example(0)
+            def test_slow(self, n):
+                time.sleep(0.01)  # over the 1 ms deadline: only auditing's suspension saves it
+
+        def test_settings_restored():
+            assert TestSlow.test_slow._hypothesis_internal_use_settings.deadline.total_seconds() == 0.001
+    """)
+    run("-p", "no:syncguard.plugin", "-p", "no:syncguard").assert_outcomes(failed=1, passed=1)
+    run("--syncguard", FAKE).assert_outcomes(passed=2)
+
+
+# -- xdist, sticky errors, isolation (subprocesses) --------------------------------------------
+
+def _compare_reports():
+    """samples/compare_reports.py, the script the GPU proof run uses, loaded by path."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("compare_reports",
+                                                  ROOT / "samples" / "compare_reports.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.compare
+
+
+def _extras(doc):
+    return {t["nodeid"]: (t["examples"], t["measurements"]) for t in doc["tests"]}
+
+
+def test_xdist_merges_workers_into_one_report(pytester, run):
+    pytester.makepyfile(test_m=SYNCING, test_h=HYPO, test_r="""
+        import pytest
+        @pytest.mark.parametrize("i", range(6))
+        def test_p(i, syncguard):
+            syncguard.record("i", i)
+    """)
+    common = ("--syncguard", "--syncguard-mode=record", FAKE)
+    run(*common, "--syncguard-report=serial.json").assert_outcomes(passed=11)
+    res = run(*common, "-n", "2", "--syncguard-report=n2.json", subprocess=True)
+    res.assert_outcomes(passed=11)
+    serial, n2 = _doc(pytester, "serial.json"), _doc(pytester, "n2.json")
+    compare = _compare_reports()
+    assert compare(serial, n2) == [] and _extras(serial) == _extras(n2) and len(n2["tests"]) == 11
+    n2["tests"][0]["syncs"].append({"kind": "device_sync", "api": "x", "filename": "f.py", "lineno": 1})
+    assert compare(serial, n2) != []  # the comparison can fail
+    assert {t["worker"] for t in n2["tests"]} == {"gw0", "gw1"}
+    assert n2["complete"] is True and n2["summary"] == serial["summary"]
+
+
+POISON_CONFTEST = """
+    # FAKE sticky CUDA error: replaces the probe for CPU plumbing tests, never touches CUDA.
+    import syncguard.session
+    POISONED = []
+    syncguard.session._sticky_error = lambda: POISONED[0] if POISONED else None
+"""
+POISON_TESTS = """
+    import os, pytest, conftest
+
+    def test_1_culprit():
+        conftest.POISONED.append("CUDA error: device-side assert triggered (fake)")
+
+    @pytest.mark.parametrize("i", range(3))
+    def test_2_later(i):
+        pass
+
+    @pytest.mark.no_syncguard
+    def test_3_cpu_only():
+        pass
+"""
+
+
+def test_sticky_error_serial_blames_culprit(pytester, run):
+    pytester.makeconftest(POISON_CONFTEST)
+    pytester.makepyfile(test_m=POISON_TESTS)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(failed=1, errors=3, passed=1)
+    res.stdout.fnmatch_lines_random([
+        "*this test left the CUDA context poisoned (CUDA error: device-side*",
+        "*ERROR at setup of test_2_later[[]2[]]*",
+        "syncguard: not run: the CUDA context of this process was poisoned by test_m.py::test_1_culprit*"])
+    t = _tests(_doc(pytester))
+    assert t["test_1_culprit"]["reason"].startswith("left the CUDA context poisoned")
+    assert t["test_2_later[0]"]["outcome"] == "error"
+    assert t["test_3_cpu_only"]["outcome"] == "passed"
+
+
+def test_sticky_error_xdist_replaces_worker_and_crash_is_recorded(pytester, run):
+    pytester.makeconftest(POISON_CONFTEST)
+    pytester.makepyfile(test_m=POISON_TESTS, test_z_crash="""
+        import os
+        def test_crash():
+            os._exit(7)  # a real worker crash, unrelated to syncguard
+    """)
+    # one worker: the tests after the culprit are queued on the worker that must be replaced
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json", "-n", "1", subprocess=True)
+    res.assert_outcomes(failed=2, passed=4)  # culprit + crash; the culprit is counted once
+    res.stdout.fnmatch_lines_random([
+        "syncguard: ended worker gw0 after test_m.py::test_1_culprit poisoned its CUDA context*"
+        "test_m.py::test_2_later[[]0[]] was not started there and runs on a fresh worker",
+        "*worker 'gw*' crashed while running 'test_z_crash.py::test_crash'"])
+    t = _tests(_doc(pytester))
+    assert [t[f"test_2_later[{i}]"]["outcome"] for i in range(3)] == ["passed"] * 3
+    assert t["test_2_later[0]"]["worker"] != "gw0"
+    assert t["test_crash"]["audit"] == "off" and "crashed" in t["test_crash"]["reason"]
+    assert (t["test_1_culprit"]["outcome"], t["test_1_culprit"]["worker"]) == ("failed", "gw0")
+
+
+def test_isolate_runs_audited_tests_in_subprocesses(pytester, run):
+    pytester.makeconftest(POISON_CONFTEST)
+    pytester.makepyfile(test_m="""
+        import os, pytest, conftest
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        def test_1_culprit():
+            conftest.POISONED.append("CUDA error: device-side assert triggered (fake)")
+
+        def test_2_after(syncguard):
+            syncguard.record("pid", os.getpid())
+            fake_sync()
+
+        @pytest.mark.no_syncguard
+        def test_3_here():
+            assert not conftest.POISONED  # the culprit's poison stayed in its subprocess
+    """)
+    res = run("--syncguard", "--syncguard-mode=record", FAKE, "--syncguard-isolate",
+              "--syncguard-report=r.json")
+    res.assert_outcomes(failed=1, passed=2)
+    t = _tests(_doc(pytester))
+    assert t["test_2_after"]["audit"] == "syncs" and t["test_2_after"]["outcome"] == "passed"
+    assert t["test_2_after"]["measurements"]["pid"] != os.getpid()
+    assert "own subprocess" in res.stdout.str()
