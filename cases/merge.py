@@ -47,6 +47,7 @@ from syncguard.events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, PAGEABLE_COPY
 
 __all__ = [
     "Variant", "VARIANTS", "DECLARED_SYNCS", "DETERMINISTIC_SYNCS", "expected_syncs",
+    "NAN_CANONICALISED_WHEN_DETERMINISTIC", "canonical_nan",
     "merge_index_put_cpu_mask", "merge_masked_scatter", "merge_index_put_gpu_mask",
     "merge_index_copy_rows", "merge_triton_row_scatter", "flatten_embeddings",
     "reference_merge", "bits", "supports_dtype", "triton_available", "triton_config",
@@ -251,7 +252,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 # ---------------------------------------------------------------------------------------------
 # Declared sync behaviour, as data
 
-_COPY_AND_WAIT_H2D = frozenset({BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC})
+# The trace detector cannot see the direction of a copy made inside an aten op and names its
+# wait a device-to-host read (blocking_copy_d2h); the profile detector names it exactly.
+_COPY_AND_WAIT_H2D = frozenset({BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC, BLOCKING_COPY_D2H})
 _NONZERO = frozenset({BLOCKING_COPY_D2H, STREAM_SYNC})
 
 #: For each variant, ``((first torch (major, minor), kinds or None), ...)`` in version order;
@@ -267,12 +270,19 @@ DECLARED_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] 
     "triton_row_scatter": (((0, 0), None),),
 }
 
-#: Overrides under ``torch.use_deterministic_algorithms(True)`` (same shape). Empty because
-#: none is expected (read from torch's source, not yet measured: the deterministic index_put
-#: kernel expands a CPU mask through the same pinned-index code and checks ranges with
-#: ``_assert_async``). The GPU hypothesis run draws the mode; a difference fails there and
-#: belongs here.
-DETERMINISTIC_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] = {}
+#: Overrides under ``torch.use_deterministic_algorithms(True)`` (same shape). Measured on the
+#: H200 with torch 2.11 (reports/gpu/): the deterministic index_put kernel (sort-based) waits
+#: for the device even with a CPU mask, so variant 1 is not sync-free in that mode.
+DETERMINISTIC_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] = {
+    "index_put_cpu_mask": (((0, 0), _COPY_AND_WAIT_H2D),),
+}
+
+#: Variants whose deterministic CUDA kernel is not a bit copy: it rewrites NaN payloads to the
+#: canonical NaN (measured on the H200, torch 2.11: float16 payload 0x7f55 came out 0x7fff for
+#: index_put_ with a device mask and for index_copy_). Their results are compared with NaNs
+#: canonicalised in that mode, and test_deterministic_kernels_canonicalise_nan pins the finding.
+NAN_CANONICALISED_WHEN_DETERMINISTIC = frozenset({"index_put_cpu_mask", "index_put_gpu_mask",
+                                                  "index_copy_rows"})
 
 
 def _major_minor(torch_version: Any) -> tuple[int, int]:
@@ -395,6 +405,17 @@ def row_scatter(src: torch.Tensor, rows: torch.Tensor, dst: torch.Tensor, *,
 
 # ---------------------------------------------------------------------------------------------
 # Helpers for cases: reference, bit view, dtype support
+
+def canonical_nan(t: torch.Tensor) -> torch.Tensor:
+    """A copy with every NaN replaced by the one canonical NaN (for kernels that do that)."""
+    if not t.dtype.is_floating_point:
+        return t
+    wide = t.float()
+    nan = torch.isnan(wide)
+    if not bool(nan.any()):
+        return t
+    return torch.where(nan, torch.full_like(wide, float("nan")), wide).to(t.dtype)
+
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     """The same memory as same-width integers, so ``torch.equal`` compares bits (NaN, -0.0)."""

@@ -465,7 +465,8 @@ def _copy_observation(src, dst, non_blocking: bool, syncs: list[str]):
         return kind, syncs[0]
     if non_blocking and direction:
         host = src if direction == "h2d" else dst
-        if _host_side(host) and not host.is_pinned():
+        # an empty copy moves nothing and waits for nothing (empty tensors never report pinned)
+        if _host_side(host) and host.numel() and not host.is_pinned():
             return PAGEABLE_COPY, "cudaMemcpyAsync"
     return None
 

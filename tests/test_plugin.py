@@ -23,7 +23,10 @@ import warnings  # noqa: E402
 
 with warnings.catch_warnings():  # libcst (used to write failing-example patches) warns on import
     warnings.simplefilter("ignore", DeprecationWarning)
-    import hypothesis.extra._patching  # noqa: E402,F401
+    try:
+        import hypothesis.extra._patching  # noqa: E402,F401
+    except ImportError:  # libcst is optional (absent on the GPU image)
+        pass
 import rich.console  # noqa: E402,F401
 import rich.table  # noqa: E402,F401
 import syncguard.render  # noqa: E402,F401

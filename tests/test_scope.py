@@ -248,9 +248,10 @@ def test_trace_hooks_restore_what_they_wrapped():
             torch.cuda.Event.__dict__["synchronize"], "to" in vars(torch.Tensor)) == before
 
 
-def _t(dev, pinned=False):
-    """A stand-in for a tensor: the copy classifier reads only .device and .is_pinned()."""
-    return types.SimpleNamespace(device=types.SimpleNamespace(type=dev), is_pinned=lambda: pinned)
+def _t(dev, pinned=False, numel=4):
+    """A stand-in for a tensor: the copy classifier reads only .device, .numel(), .is_pinned()."""
+    return types.SimpleNamespace(device=types.SimpleNamespace(type=dev), is_pinned=lambda: pinned,
+                                 numel=lambda: numel)
 
 
 @pytest.mark.parametrize("src,dst,nb,syncs,expected", [
@@ -264,6 +265,7 @@ def _t(dev, pinned=False):
     (_t("cuda"), _t("cpu"), False, ["cudaStreamSynchronize"], ("blocking_copy_d2h", "cudaStreamSynchronize")),
     (_t("cuda"), _t("cuda"), False, ["cudaStreamSynchronize"], ("stream_sync", "cudaStreamSynchronize")),
     (_t("cuda"), _t("cuda"), True, [], None),
+    (_t("cpu", numel=0), _t("cuda"), True, [], None),  # seen on the H200: an empty row list
 ])
 def test_copy_classification(src, dst, nb, syncs, expected):
     assert detect._copy_observation(src, dst, nb, syncs) == expected

@@ -34,7 +34,7 @@ def test_sync_device_synchronize():
 
 
 def test_sync_repeat_interleave_without_output_size():
-    r = torch.tensor([1, 2, 3], device="cuda")
+    r = torch.arange(1, 4, device="cuda")  # made on the device: torch.tensor(list) would copy
     assert torch.repeat_interleave(torch.arange(3, device="cuda"), r).numel() == 6
 
 
@@ -44,7 +44,7 @@ def test_clean_matmul():
 
 
 def test_clean_repeat_interleave_with_output_size():
-    r = torch.tensor([1, 2, 3], device="cuda")
+    r = torch.arange(1, 4, device="cuda")  # made on the device: torch.tensor(list) would copy
     torch.repeat_interleave(torch.arange(3, device="cuda"), r, output_size=6)
 
 
