@@ -555,7 +555,7 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
         "p90_ms": round(times[(len(times) * 9) // 10], 5), "copy_median_ms": round(copy_ms, 5),
         "ratio_to_copy": round(median_ms / copy_ms, 3) if copy_ms > 0 else None,
         "peak_extra_bytes": int(peak_extra), "reps": reps, "warmup": warmup,
-        "torch": torch.__version__, "device": torch.cuda.get_device_name(torch.device(device)),
+        "torch": str(torch.__version__), "device": torch.cuda.get_device_name(torch.device(device)),
     }
     if variant == "triton_row_scatter":
         out["triton_config"] = dict(triton_config(hidden, mm.element_size()),

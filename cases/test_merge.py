@@ -33,7 +33,8 @@ import syncguard
 from syncguard import strategies as sgs
 from syncguard.events import format_report
 
-from cases.merge import (DECLARED_SYNCS, NAN_CANONICALISED_WHEN_DETERMINISTIC, VARIANTS, bits,
+from cases.merge import (DECLARED_SYNCS, DETERMINISTIC_SYNCS, NAN_CANONICALISED_WHEN_DETERMINISTIC,
+                         VARIANTS, bits,
                          canonical_nan, expected_syncs, measure_merge,
                          merge_masked_scatter, reference_merge, representative_inputs,
                          supports_dtype, triton_available)
@@ -167,13 +168,20 @@ def test_merge_properties(name, data, mode):
         mask = inp.is_multimodal.cpu()
         assert got.dtype == inp.dtype
         assert torch.equal(bits(got)[~mask], bits(before)[~mask]), "rows outside the mask changed"
-        if mode.deterministic and name in NAN_CANONICALISED_WHEN_DETERMINISTIC and CUDA:
+        canon = mode.deterministic and name in NAN_CANONICALISED_WHEN_DETERMINISTIC and CUDA
+        if canon:
             # a documented finding (cases/merge.py): not a bit copy for NaN payloads there
             got, ref = canonical_nan(got), canonical_nan(ref)
         assert torch.equal(bits(got), bits(ref)), "result differs from the reference"
-        assert torch.equal(bits(work.base.cpu()), bits(_expected_base(inp, ref))), (
+        base, expected_base = work.base.cpu(), _expected_base(inp, ref)
+        if canon:
+            base, expected_base = canonical_nan(base), canonical_nan(expected_base)
+        assert torch.equal(bits(base), bits(expected_base)), (
             "memory outside the inputs_embeds view changed")
-    _check_syncs(v, report, declared, must_sync=inp.n_slots > 0)
+    # The deterministic kernel's wait depends on the size (none seen at 1 token x 1 hidden on
+    # torch 2.11): there the declaration says what may happen, not what must.
+    _check_syncs(v, report, declared,
+                 must_sync=inp.n_slots > 0 and not (mode.deterministic and name in DETERMINISTIC_SYNCS))
 
 
 @pytest.mark.parametrize("name", CHECKING)

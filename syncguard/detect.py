@@ -17,6 +17,7 @@ observation belongs to. Nothing here touches CUDA at import time.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -396,7 +397,7 @@ class ProfileHub:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _muted():
             warnings.simplefilter("ignore")
             prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
             prof.start()
@@ -428,9 +429,9 @@ class ProfileHub:
             if item[1] is not None:
                 torch.ops.profiler._record_function_exit._RecordFunction(item[1])
                 item[1] = None
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _muted():
             warnings.simplefilter("ignore")
-            prof.stop()
+            prof.stop()  # its own cudaDeviceSynchronize is not the user's
             records = records_from_profiler(prof.events())
         if keep:
             self.start()
@@ -443,6 +444,17 @@ class ProfileHub:
 # The trace detector: torch's CUDA trace callbacks, plus wrappers that name what they saw.
 
 _tls = threading.local()  # .inside: list of sync APIs seen during a wrapped call, or None
+
+
+@contextlib.contextmanager
+def _muted():
+    """syncguard's own waits (the profiler starting and stopping) reach no region."""
+    saved = getattr(_tls, "inside", None)
+    _tls.inside = []
+    try:
+        yield
+    finally:
+        _tls.inside = saved
 
 
 def _num_frees() -> int:

@@ -522,6 +522,9 @@ class Controller:
             if name == MEASUREMENTS_PROPERTY and isinstance(value, dict):
                 measurements.update(value)
         measurements.update(state.measurements)
+        # plain JSON types only: the entry crosses xdist's execnet, which refuses str subclasses
+        # such as torch's TorchVersion (seen on the H200 under -n 2)
+        measurements = json.loads(json.dumps(measurements, default=str))
         torch = sys.modules.get("torch")
         device = (f"cuda:{torch.cuda.current_device()}"
                   if torch is not None and torch.cuda.is_initialized() else None)

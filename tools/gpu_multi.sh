@@ -10,8 +10,9 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 HYPOTHESI
 n=$(python3 -c "import torch; print(torch.cuda.device_count())")
 P="-p syncguard.plugin -p no:cacheprovider -q -rfEx"
 nvidia-smi -L > "$out/gpus.txt" 2>&1; nvidia-smi topo -m >> "$out/gpus.txt" 2>&1
-timed() { local name=$1; shift; local t0; t0=$(date +%s.%N); "$@" > "$out/$name.log" 2>&1; local rc=$?
-          local t1; t1=$(date +%s.%N); printf '%s rc=%s wall_s=%.1f\n' "$name" "$rc" "$(echo "$t1 - $t0" | bc)" | tee -a "$out/steps.txt"; tail -2 "$out/$name.log"; }
+timed() { local name=$1; shift; local t0; t0=$(date +%s%N); "$@" > "$out/$name.log" 2>&1; local rc=$?
+          local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+          echo "$name rc=$rc wall_ms=$ms" | tee -a "$out/steps.txt"; tail -2 "$out/$name.log"; }
 timed "multigpu-n$n" python3 -m pytest cases/test_multigpu.py $P --syncguard -n "$n" --syncguard-report="$out/multigpu-n$n.json"
 timed multigpu-serial python3 -m pytest cases/test_multigpu.py $P --syncguard --syncguard-report="$out/multigpu-serial.json"
 timed cases-serial python3 -m pytest cases $P --syncguard --syncguard-report="$out/cases-serial.json"
