@@ -38,7 +38,9 @@ def _install_torch(session: nox.Session, spec: str) -> None:
 
 def _audit(session: nox.Session) -> None:
     """Audit cases/ with the session's torch; the one helper every audit session uses."""
-    platform, version, installed = session.run("python", "-c", _PROBE, silent=True).split()
+    # last line only: a CUDA build of torch may warn on stderr (captured too) on a CPU machine
+    probe = session.run("python", "-c", _PROBE, silent=True)
+    platform, version, installed = probe.strip().splitlines()[-1].split()
     plugin = [] if installed == "installed" else ["-p", "syncguard.plugin"]
     session.run("python", "-m", "pytest", *plugin, "--syncguard", "cases/",
                 f"--syncguard-report=reports/{platform}-torch-{version}.json", *session.posargs)
@@ -46,7 +48,7 @@ def _audit(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    _install_torch(session, "torch")
+    _install_torch(session, "torch==2.13.0")  # the CPU wheel: never pull a multi-GB CUDA build
     session.install("-e", ".[dev]")
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 

@@ -287,6 +287,8 @@ def records_from_profiler(events) -> list[TraceRecord]:
                 stack = tuple(p.stack)
             p = p.cpu_parent
         parent = e.cpu_parent
+        while parent is not None and is_python_frame(parent.name):
+            parent = parent.cpu_parent  # torch >= 2.14 nests ops under Python-call events
         copies = ()
         if parent is not None and not parent.name.startswith(MARKER):
             copies = tuple(k.name for k in getattr(parent, "kernels", ()) if "Memcpy" in k.name)
@@ -294,6 +296,11 @@ def records_from_profiler(events) -> list[TraceRecord]:
                                id(parent) if parent is not None else None, copies, stack))
     out.sort(key=lambda r: r.start_us)
     return out
+
+
+def is_python_frame(name: str) -> bool:
+    """Profiler events for Python calls (``file.py(12): f``, ``<built-in method …>``)."""
+    return name.startswith("<built-in") or bool(_PROFILER_FRAME.match(name))
 
 
 def _direction(copy_name: str) -> str | None:
@@ -310,12 +317,15 @@ def classify(records: list[TraceRecord]) -> list[TraceSync]:
     copies_seen: dict[Any, int] = {}  # parent_id -> memcpy calls seen so far under it
     pending_copy: dict[Any, str] = {}  # parent_id -> the last copy's device record name
     for r in records:
-        ops = tuple(a for a in reversed(r.ancestors) if not a.startswith(MARKER))
+        ops = tuple(a for a in reversed(r.ancestors)
+                    if not a.startswith(MARKER) and not is_python_frame(a))
         markers = tuple(a for a in r.ancestors if a.startswith(MARKER))
+        frames = tuple(a for a in r.ancestors if _PROFILER_FRAME.match(a))
+        stack = r.stack or frames  # both read "file.py(12): f", innermost first
         dur = r.end_us - r.start_us
 
         def sync(api: str, kind: str, dropped: str | None = None) -> None:
-            out.append(TraceSync(api, kind, r.start_us, dur, ops, markers, r.stack, dropped))
+            out.append(TraceSync(api, kind, r.start_us, dur, ops, markers, stack, dropped))
 
         if r.name.startswith("cudaMemcpy"):
             i = copies_seen.get(r.parent_id, 0)
@@ -329,7 +339,7 @@ def classify(records: list[TraceRecord]) -> list[TraceSync]:
             elif "Pageable" in name and direction:
                 # Not yet known whether a stream sync follows (then it is a blocking copy);
                 # decided when the op's next record arrives or at the end.
-                out.append(TraceSync(r.name, PAGEABLE_COPY, r.start_us, dur, ops, markers, r.stack,
+                out.append(TraceSync(r.name, PAGEABLE_COPY, r.start_us, dur, ops, markers, stack,
                                      dropped="pending"))
         elif r.name == "cudaStreamSynchronize":
             copy = pending_copy.pop(r.parent_id, None) if r.parent_id is not None and ops else None

@@ -21,6 +21,8 @@ entries of runs that were not part of the update, so a partial set of reports ne
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import os
 import re
@@ -170,6 +172,12 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _differing(cell: "Cell", other: "Cell") -> list[str]:
+    """The sync sites of ``cell`` that ``other`` lacks, with a count when repeated."""
+    left = Counter(cell.syncs + cell.allowed) - Counter(other.syncs + other.allowed)
+    return [f"{n}× {site}" if n > 1 else site for site, n in left.items()]
+
+
 def _few(items: Iterable[str], limit: int = 2) -> str:
     uniq = list(dict.fromkeys(items))
     more = f"; +{len(uniq) - limit} more" if len(uniq) > limit else ""
@@ -192,7 +200,9 @@ def _phrase(e: dict[str, Any]) -> str:
         text = f"race: {e.get('what', '?')}"
     else:
         text = e.get("api") or e.get("kind") or "?"
-        text += f" via {e['op']}" if e.get("op") else ""
+        ops = e.get("ops") or []
+        outer = ops[0] if ops and ops[0] != e.get("op") else None
+        text += f" via {outer + ' → ' if outer else ''}{e['op']}" if e.get("op") else ""
     return text + (f" at {where}" if where else "")
 
 
@@ -270,7 +280,10 @@ def changes(matrix: Matrix) -> list[Change]:
             for i, (cell, versions) in enumerate(segments):
                 span = versions[0] if len(versions) == 1 else f"{versions[0]} to {versions[-1]}"
                 when = f"from {versions[0]}" if i == len(segments) - 1 else f"on {span}"
-                extra = _few(cell.syncs + cell.allowed) if cell.syncs or cell.allowed else ""
+                # name the sites that make the difference: for the first run, those gone in the
+                # next; for later ones, those new since the previous
+                other = segments[i + 1][0] if i == 0 else segments[i - 1][0]
+                extra = _few(_differing(cell, other))
                 words.append(f"{cell.text} {when}" + (f" ({extra})" if extra else ""))
             out.append(Change(nodeid, series, ", ".join(words)))
     return out
