@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from syncguard.races import RaceDetector
+from syncguard.testing import marked_line
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -27,11 +28,7 @@ RUNS = 20
 
 
 def _line(marker: str) -> int:
-    with open(HERE) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(f"marker {marker} not in {HERE}")
+    return marked_line(HERE, marker)
 
 
 def _where(site: str) -> tuple[str, int]:

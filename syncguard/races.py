@@ -230,23 +230,24 @@ class PinnedTracker:
             if key in seen:
                 continue
             seen.add(key)
-            self.races.add(
-                key,
-                lambda c=c, now=now, direction=direction: RaceEvent(
-                    kind=RACE,
-                    what=(f"{direction} copy ({op}) on stream {_fmt_stream(stream)} touches a pinned "
-                          f"buffer that a non-blocking {c.direction} copy ({c.op}) on stream "
-                          f"{_fmt_stream(c.stream)} may still be "
-                          f"{'writing' if c.writes_host else 'reading'}; nothing orders them"),
-                    tensor=tensor, data_ptr=data_ptr, streams=(stream, c.stream), ops=(op, c.op),
-                    sites=(_site_str(now), _site_str(c.site)), filename=now[0], lineno=now[1],
-                    thread=threading.current_thread().name))
+            what = (f"{direction} copy ({op}) on stream {_fmt_stream(stream)} touches a pinned "
+                    f"buffer that a non-blocking {c.direction} copy ({c.op}) on stream "
+                    f"{_fmt_stream(c.stream)} may still be "
+                    f"{'writing' if c.writes_host else 'reading'}; nothing orders them")
+            self._add_race(key, what, tensor, data_ptr, (stream, c.stream), (op, c.op), now, c.site)
         if pending:
             entry = _Copy(start, end, stream, seq, writes_host, op, site())
             if not writes_host and end - start <= self.checksum_max_bytes:
                 entry.checksum = checksum(start, end)
             self._track_lifetime(entry, lifetime)
             self.pending.append(entry)
+
+    def _add_race(self, key, what, tensor, data_ptr, streams, ops, now, then) -> None:
+        """One RaceEvent per conflict; ``now``/``then`` are the (file, line, …) of both accesses."""
+        thread = threading.current_thread().name
+        self.races.add(key, lambda: RaceEvent(
+            kind=RACE, what=what, tensor=tensor, data_ptr=data_ptr, streams=streams, ops=ops,
+            sites=(_site_str(now), _site_str(then)), filename=now[0], lineno=now[1], thread=thread))
 
     def host_access(self, start: int, end: int, *, write: bool, op: str,
                     site: Callable[[], tuple], tensor: str, data_ptr: int) -> None:
@@ -262,17 +263,11 @@ class PinnedTracker:
             if key in seen:
                 continue
             seen.add(key)
-            self.races.add(
-                key,
-                lambda c=c, now=now, verb=verb: RaceEvent(
-                    kind=RACE,
-                    what=(f"host {verb} ({op}) of a pinned buffer while a non-blocking "
-                          f"{c.direction} copy ({c.op}) on stream {_fmt_stream(c.stream)} may still "
-                          f"be {'writing' if c.writes_host else 'reading'} it; the host has not "
-                          "synced with that copy"),
-                    tensor=tensor, data_ptr=data_ptr, streams=(c.stream,), ops=(op, c.op),
-                    sites=(_site_str(now), _site_str(c.site)), filename=now[0], lineno=now[1],
-                    thread=threading.current_thread().name))
+            what = (f"host {verb} ({op}) of a pinned buffer while a non-blocking "
+                    f"{c.direction} copy ({c.op}) on stream {_fmt_stream(c.stream)} may still "
+                    f"be {'writing' if c.writes_host else 'reading'} it; the host has not "
+                    "synced with that copy")
+            self._add_race(key, what, tensor, data_ptr, (c.stream,), (op, c.op), now, c.site)
 
     def host_synced(self, site: Callable[[], tuple]) -> None:
         """After a host sync: verify and forget the copies it covers."""

@@ -13,6 +13,16 @@ from .events import STREAM_SYNC, SYNC_KINDS
 from .scope import _deliver
 
 
+def marked_line(path: str, marker: str) -> int:
+    """The line of ``path`` that ends with the comment ``# marker``: tests name lines by marker so
+    that an expected ``file:line`` survives edits above it."""
+    with open(path) as f:
+        for i, text in enumerate(f, 1):
+            if text.rstrip().endswith(f"# {marker}"):
+                return i
+    raise AssertionError(f"marker {marker!r} not in {path}")
+
+
 def fake_sync(kind: str = STREAM_SYNC, api: str = "cudaStreamSynchronize",
               op: str | None = None) -> bool:
     """Pretend the calling line synced; returns whether a region received it."""

@@ -13,6 +13,8 @@ import subprocess
 import sys
 
 import pytest
+
+from syncguard.testing import marked_line
 import torch
 
 from syncguard import races
@@ -27,11 +29,7 @@ S0, S1 = 0, 0x51DE  # fake stream handles (the trace reports cudaStream_t values
 
 
 def _line(marker: str) -> int:
-    with open(HERE) as f:
-        for i, text in enumerate(f, 1):
-            if text.rstrip().endswith(f"# {marker}"):
-                return i
-    raise AssertionError(f"marker {marker} not in {HERE}")
+    return marked_line(HERE, marker)
 
 
 def _site(marker: str) -> str:

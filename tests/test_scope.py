@@ -13,21 +13,20 @@ import syncguard
 from syncguard import detect
 from syncguard.events import Report, SyncEvent
 from syncguard.scope import parse_detectors
-from syncguard.testing import fake_sync
+from syncguard.testing import fake_sync, marked_line
 
 FAKE = ("fake",)
 
 
 def line_of(marker: str) -> int:
-    with open(__file__) as f:
-        return next(i for i, text in enumerate(f, 1) if marker in text and "line_of" not in text)
+    return marked_line(__file__, marker)
 
 
 def test_sync_is_attributed_to_the_calling_line():
     with syncguard.audit(FAKE) as report:
         fake_sync(op="aten::nonzero")  # L-ATTR
     (e,) = report.syncs
-    assert e.filename == __file__ and e.lineno == line_of("# L-ATTR")
+    assert e.filename == __file__ and e.lineno == line_of("L-ATTR")
     assert e.function == "test_sync_is_attributed_to_the_calling_line"
     assert e.op == "aten::nonzero" and e.thread == threading.current_thread().name
     assert not report.clean
