@@ -26,17 +26,15 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import syncguard  # noqa: E402
+from bench.workloads import mask_merges, tiny_kernels  # noqa: E402
 
 
 def tiny_loop(st):
-    y = st["y"]
-    for _ in range(2000):
-        y.add_(1)
+    tiny_kernels(st, 2000)
 
 
 def merge_loop(st):
-    for _ in range(100):
-        st["emb"][st["mask"]] = st["rows"]
+    mask_merges(st, 100)
 
 
 @contextlib.contextmanager

@@ -29,18 +29,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from bench.workloads import mask_merges, tiny_kernels  # noqa: E402
 from syncguard.races import RaceDetector  # noqa: E402
 
 
 def tiny(st):
-    y = st["y"]
-    for _ in range(2000):
-        y.add_(1)
+    tiny_kernels(st, 2000)
 
 
 def merge_mask(st):
-    for _ in range(50):
-        st["emb"][st["mask"]] = st["rows"]
+    mask_merges(st, 50)
 
 
 def merge_pinned(st):

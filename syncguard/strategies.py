@@ -109,6 +109,14 @@ def _value_or_strategy(func: str, name: str, value: Any, check) -> SearchStrateg
     return st.just(check(value))
 
 
+
+def _tokens(func: str, tokens, min_tokens: int, max_tokens: int):
+    """A fixed token count (value or strategy), else any count in the bounds."""
+    if tokens is None:
+        return st.integers(min_tokens, max_tokens)
+    return _value_or_strategy(func, "tokens", tokens,
+                              lambda v: _check_int(func, "tokens", v, 0, MAX_TOKENS))
+
 def _choices(func: str, name: str, value: Any, allowed: Sequence[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
@@ -150,11 +158,7 @@ def masks(*, tokens: int | SearchStrategy[int] | None = None, min_tokens: int = 
     if lo_d > hi_d:
         raise _fail(func, f"min_density={lo_d} is greater than max_density={hi_d}")
     pats = _choices(func, "patterns", patterns, MASK_PATTERNS)
-    if tokens is None:
-        tok = st.integers(min_tokens, max_tokens)
-    else:
-        tok = _value_or_strategy(func, "tokens", tokens,
-                                 lambda v: _check_int(func, "tokens", v, 0, MAX_TOKENS))
+    tok = _tokens(func, tokens, min_tokens, max_tokens)
 
     @st.composite
     def draw_mask(draw):
@@ -276,11 +280,7 @@ def embedding_shapes(*, tokens: int | SearchStrategy[int] | None = None,
     _check_bounds(func, "tokens", min_tokens, max_tokens, 0, MAX_TOKENS)
     _check_bounds(func, "hidden", min_hidden, max_hidden, 1, MAX_HIDDEN)
     lays = _choices(func, "layouts", layouts, LAYOUTS)
-    if tokens is None:
-        tok = st.integers(min_tokens, max_tokens)
-    else:
-        tok = _value_or_strategy(func, "tokens", tokens,
-                                 lambda v: _check_int(func, "tokens", v, 0, MAX_TOKENS))
+    tok = _tokens(func, tokens, min_tokens, max_tokens)
     if hidden is None:
         special = [h for h in _INTERESTING_HIDDEN if min_hidden <= h <= max_hidden]
         hid = st.integers(min_hidden, max_hidden)
