@@ -31,6 +31,7 @@ Triton is imported only when variant 5 runs on CUDA (it is not installed on CPU 
 """
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 from dataclasses import dataclass
@@ -539,7 +540,7 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
             v.fn(inputs_embeds, mask, mm)
     median_ms, times = _median_ms(run, warmup, reps)
     dst = torch.empty_like(mm)
-    copy_ms, _ = _median_ms(lambda: dst.copy_(mm), warmup, reps)
+    copy_ms, _ = _median_ms(functools.partial(dst.copy_, mm), warmup, reps)
     del dst
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()

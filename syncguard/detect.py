@@ -545,6 +545,7 @@ class TraceHub:
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._users = 0
         self._registered = False
         self._saved: list[tuple[Any, str, bool, Any]] = []
@@ -557,9 +558,12 @@ class TraceHub:
         return self._users > 0
 
     def arm(self, sink: Sink, active: Callable[[], bool], around: Callable[[str], Any]) -> None:
-        self._users += 1
-        if self._users > 1:
-            return
+        with self._lock:
+            self._users += 1
+            if self._users == 1:
+                self._install(sink, active, around)
+
+    def _install(self, sink: Sink, active: Callable[[], bool], around: Callable[[str], Any]) -> None:
         import torch
 
         self.sink, self.active, self.around = sink, active, around
@@ -582,11 +586,12 @@ class TraceHub:
             raise
 
     def disarm(self) -> None:
-        if self._users == 0:
-            return
-        self._users -= 1
-        if self._users == 0:
-            self._restore()
+        with self._lock:
+            if self._users == 0:
+                return
+            self._users -= 1
+            if self._users == 0:
+                self._restore()
 
     def _restore(self) -> None:
         for owner, attr, own, original in reversed(self._saved):

@@ -7,7 +7,6 @@ reports, xdist merging and isolation, never GPU behaviour (samples/gpu_project d
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import os
 from pathlib import Path
 

@@ -2,7 +2,7 @@
 
 Its output (reports/probe-*.json) fixed the design of syncguard.detect; kept so it can be rerun.
 """
-import json, os, sys, threading, time, warnings, subprocess, platform
+import json, os, sys, threading, time, warnings, subprocess
 import torch
 from torch.profiler import profile, ProfilerActivity, record_function
 
