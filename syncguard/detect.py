@@ -123,42 +123,31 @@ class Observation:
 Sink = Callable[[Observation], None]
 
 
-class DebugHub:
-    """Arms torch's sync-debug mode at "warn" for as long as any region needs it.
+class _SharedState:
+    """Process-global state armed once for any number of regions; the last one restores it.
 
-    The warning is taken at ``warnings._showwarnmsg``, which ``catch_warnings`` (pytest's per-test
-    one included) leaves alone, and a front filter makes it "always" shown so that ``-W error``
-    cannot turn it into an exception inside the user's op. A sync on a thread with no region is
-    handled as the mode found at arming time would have: dropped, warned, or raised.
+    Subclasses define ``_install`` (may raise: whatever it changed is then undone) and
+    ``_restore`` (must cope with a partial install).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users = 0
-        self._saved: dict[str, Any] = {}
-        self.sink: Sink | None = None
 
-    def arm(self, sink: Sink) -> None:
+    @property
+    def armed(self) -> bool:
+        return self._users > 0
+
+    def arm(self, *args) -> None:
         with self._lock:
             self._users += 1
             if self._users > 1:
                 return
-            import torch
-
-            self.sink = sink
-            before = list(warnings.filters)
-            warnings.filterwarnings("ignore", message=re.escape(PROTOTYPE_WARNING))
-            warnings.filterwarnings("always", message=re.escape(SYNC_WARNING), category=UserWarning)
-            ours = [f for f in warnings.filters if f not in before]
-            prev_show = warnings._showwarnmsg  # type: ignore[attr-defined]
-            self._saved = {"mode": torch.cuda.get_sync_debug_mode(), "filters": ours,
-                           "show": prev_show}
-            warnings._showwarnmsg = self._show  # type: ignore[attr-defined]
             try:
-                torch.cuda.set_sync_debug_mode("warn")
+                self._install(*args)
             except BaseException:
-                self._restore()
                 self._users = 0
+                self._restore()
                 raise
 
     def disarm(self) -> None:
@@ -168,6 +157,40 @@ class DebugHub:
             self._users -= 1
             if self._users == 0:
                 self._restore()
+
+    def _install(self, *args) -> None:
+        raise NotImplementedError
+
+    def _restore(self) -> None:
+        raise NotImplementedError
+
+
+class DebugHub(_SharedState):
+    """Arms torch's sync-debug mode at "warn" for as long as any region needs it.
+
+    The warning is taken at ``warnings._showwarnmsg``, which ``catch_warnings`` (pytest's per-test
+    one included) leaves alone, and a front filter makes it "always" shown so that ``-W error``
+    cannot turn it into an exception inside the user's op. A sync on a thread with no region is
+    handled as the mode found at arming time would have: dropped, warned, or raised.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._saved: dict[str, Any] = {}
+        self.sink: Sink | None = None
+
+    def _install(self, sink: Sink) -> None:
+        import torch
+
+        self.sink = sink
+        before = list(warnings.filters)
+        warnings.filterwarnings("ignore", message=re.escape(PROTOTYPE_WARNING))
+        warnings.filterwarnings("always", message=re.escape(SYNC_WARNING), category=UserWarning)
+        ours = [f for f in warnings.filters if f not in before]
+        self._saved = {"mode": torch.cuda.get_sync_debug_mode(), "filters": ours,
+                       "show": warnings._showwarnmsg}  # type: ignore[attr-defined]
+        warnings._showwarnmsg = self._show  # type: ignore[attr-defined]
+        torch.cuda.set_sync_debug_mode("warn")
 
     def _restore(self) -> None:
         saved, self._saved = self._saved, {}
@@ -188,10 +211,6 @@ class DebugHub:
             if mutated:
                 mutated()
             self.sink = None
-
-    @property
-    def armed(self) -> bool:
-        return self._users > 0
 
     def _show(self, msg) -> None:
         text = str(msg.message)
@@ -536,7 +555,7 @@ def _hooks():
     return hooks
 
 
-class TraceHub:
+class TraceHub(_SharedState):
     """Arms the trace detector for as long as any region needs it.
 
     torch's trace callbacks cannot be unregistered, and activating them cannot be undone: they are
@@ -545,23 +564,12 @@ class TraceHub:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users = 0
+        super().__init__()
         self._registered = False
         self._saved: list[tuple[Any, str, bool, Any]] = []
         self.sink: Sink | None = None
         self.active: Callable[[], bool] = lambda: False
         self.around: Callable[[str], Any] | None = None  # profile markers around a wrapped call
-
-    @property
-    def armed(self) -> bool:
-        return self._users > 0
-
-    def arm(self, sink: Sink, active: Callable[[], bool], around: Callable[[str], Any]) -> None:
-        with self._lock:
-            self._users += 1
-            if self._users == 1:
-                self._install(sink, active, around)
 
     def _install(self, sink: Sink, active: Callable[[], bool], around: Callable[[str], Any]) -> None:
         import torch
@@ -574,24 +582,11 @@ class TraceHub:
             gt.register_callback_for_event_synchronization(lambda e: self._on_sync("cudaEventSynchronize"))
             torch._C._activate_gpu_trace()
             self._registered = True
-        try:
-            for owner, attr, label, before, classify in _hooks():
-                own = attr in vars(owner)
-                original = vars(owner)[attr] if own else getattr(owner, attr)
-                self._saved.append((owner, attr, own, original))
-                setattr(owner, attr, self._wrap(original, label, before, classify))
-        except BaseException:
-            self._restore()
-            self._users = 0
-            raise
-
-    def disarm(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                return
-            self._users -= 1
-            if self._users == 0:
-                self._restore()
+        for owner, attr, label, before, classify in _hooks():
+            own = attr in vars(owner)
+            original = vars(owner)[attr] if own else getattr(owner, attr)
+            self._saved.append((owner, attr, own, original))
+            setattr(owner, attr, self._wrap(original, label, before, classify))
 
     def _restore(self) -> None:
         for owner, attr, own, original in reversed(self._saved):
