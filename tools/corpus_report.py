@@ -1,141 +1,624 @@
-"""Run the GPU snippet corpus with each detector and write the evidence table.
+"""Run both snippet corpora against ground truth measured in the same process; write the evidence.
 
-    python tools/corpus_report.py --out DIR
+    python tools/corpus_report.py --out DIR          # on a GPU: DIR/corpus-run-<torch>.{json,md}
+    python tools/corpus_report.py --convert OLD.json --out DIR   # schema-1 corpus run -> schema 2
 
-Writes DIR/corpus-<torch>.json (per snippet: expected kinds/line, what each detector reported)
-and DIR/corpus-<torch>.md, plus DIR/trace-records-<torch>.json: the raw profiler records per
-snippet, which the CPU tests replay to check classification without a GPU.
+What runs, per snippet of tests/gpu/corpus.py, tests/gpu/library_corpus.py (LIBRARY) and its
+CASES (merge variants x deterministic mode, CPU-path batching), one snippet at a time:
+
+1. warm-up: the snippet once outside any region (lazy initialisation is not what we audit);
+2. ``syncguard.audit()`` with the library's default detectors, while a helper thread keeps
+   syncing (``.item()`` in a loop): a region must never report that thread's syncs;
+3. ground truth: the PyTorch profiler's CUDA runtime trace (sync, copy and free calls, with the
+   GPU-side memcpy record that names direction and pageable/pinned memory, matched by correlation
+   id) plus torch's sync-debug mode, around exactly the snippet's call;
+4. ``syncguard.audit(detectors="debug,trace,profile")`` when syncguard still knows those names
+   (read from syncguard at run time).
+
+Step 2 runs for every snippet before any profiler starts: a CUPTI subscriber cannot attach once
+the profiler has run in a process. One failing snippet is recorded and the run goes on. The
+ground truth is this file's own reading of the trace, never syncguard's classification.
+Without CUDA it prints one "no CUDA" line and exits 0.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
+import hashlib
 import json
 import os
+import subprocess
 import sys
+import threading
+import time
+import traceback
+import warnings
+from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-import torch  # noqa: E402
-
-import syncguard  # noqa: E402
-from syncguard.detect import HUBS  # noqa: E402
-from tests.gpu.corpus import SNIPPETS, state  # noqa: E402
-
-
-def run(snip, st, detectors):
-    torch.cuda.synchronize()
-    with syncguard.audit(detectors) as r:
-        snip.fn(st)
-    return [{"kind": e.kind, "api": e.api, "op": e.op, "line": e.lineno,
-             "file": os.path.basename(e.filename or "?"), "detectors": list(e.detectors),
-             "host_blocked_us": e.host_blocked_us} for e in r.syncs], r.notes
-
-
-def records(snip, st):
-    torch.cuda.synchronize()
-    HUBS.profile.start()
-    HUBS.profile.push("syncguard::region#0")
-    try:
-        snip.fn(st)
-    finally:
-        HUBS.profile.pop("syncguard::region#0")
-        recs = HUBS.profile.harvest(keep=False)
-    return [r.to_dict() for r in recs]
+SCHEMA = "syncguard-corpus-run"
+SCHEMA_VERSION = 2
+MARKER = "corpus_report::snippet"
+SYNC_WARNING = "called a synchronizing CUDA operation"
+WAIT_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaFree")
+COPY_KINDS = ("blocking_copy_d2h", "blocking_copy_h2d", "pageable_copy")
+NOISE_THREAD = "corpus-noise"
+TRUTH = "the profiler's CUDA runtime trace + sync-debug mode, same run"
 
 
-def verdict(snip, rows, version, line):
-    kinds = {r["kind"] for r in rows}
-    expect = snip.expected(version)
-    if not expect:
-        return "ok" if not rows else "FALSE POSITIVE"
-    if kinds != set(expect):
-        return "WRONG KIND" if rows else "MISSED"
-    if line is None:
-        return "ok (line not recorded)"
-    return "ok" if all(r["line"] == line for r in rows) else "WRONG LINE"
+# ---------------------------------------------------------------------------------------------
+# The snippets of all corpora, in one shape.
+
+def cases() -> list[dict]:
+    from tests.gpu import corpus, library_corpus as lib
+
+    out = []
+    for s in corpus.SNIPPETS:
+        lines, start = __import__("inspect").getsourcelines(s.fn)
+        out.append(dict(id=f"corpus/{s.name}", corpus="corpus", name=s.name, group="corpus",
+                        fn=s.fn, setup=None, context=None, capture=False,
+                        line=s.sync_line or start + len(lines) - 1, file="tests/gpu/corpus.py",
+                        doc=(s.fn.__doc__ or "").strip(), alternative_for=[], source=None))
+    for kind, snippets in (("library", lib.LIBRARY), ("cases", lib.CASES)):
+        for s in snippets:
+            out.append(dict(id=f"{kind}/{s.name}", corpus=kind, name=s.name, group=s.group,
+                            fn=s.fn, setup=s.setup, context=s.context, capture=s.capture,
+                            line=s.call_line, file="tests/gpu/library_corpus.py", doc=s.doc,
+                            alternative_for=list(s.alternative_for), source=s.source))
+    return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--rejudge", metavar="CORPUS_JSON",
-                    help="no GPU: recompute verdicts of a recorded run and rewrite its files")
-    a = ap.parse_args()
-    if a.rejudge:
-        with open(a.rejudge) as f:
-            doc = rejudge(json.load(f))
-        with open(a.rejudge, "w") as f:
-            json.dump(doc, f, indent=1)
-        write_markdown(doc, os.path.dirname(a.rejudge) or ".")
-        return
-    st = state()
-    for snip in SNIPPETS:
-        snip.fn(st)
-    torch.cuda.synchronize()
-    ver = torch.__version__.split("+")[0]
-    table, raw = [], {}
-    for snip in SNIPPETS:
-        row = {"snippet": snip.name, "expect": list(snip.expected(torch.__version__)),
-               "line": snip.sync_line}
-        for label, dets in (("debug", ("debug",)), ("trace", ("trace",)), ("profile", ("profile",)),
-                            ("both", ("debug", "trace")), ("all", ("debug", "trace", "profile"))):
-            row[label], notes = run(snip, st, dets)
-            if notes:
-                row[f"{label}_notes"] = notes
-        row["result"] = verdict(snip, row["both"], torch.__version__, snip.sync_line)
-        row["result_all"] = verdict(snip, row["all"], torch.__version__, snip.sync_line)
-        table.append(row)
-        raw[snip.name] = records(snip, st)
+def states() -> dict:
+    from tests.gpu import corpus, library_corpus as lib
+
+    made = {}
+    for name, make in (("corpus", corpus.state), ("library", lib.state), ("cases", lib.case_state)):
+        try:
+            made[name] = make()
+        except Exception as e:  # noqa: BLE001 - every snippet of that corpus records it
+            made[name] = e
+    return made
+
+
+def invoke(case: dict, st, region) -> None:
+    """Set-up and context outside the region; only the snippet's call inside it."""
+    import torch
+
+    if isinstance(st, Exception):
+        raise RuntimeError(f"state of corpus {case['corpus']} failed: {st!r}")
+    ctx = case["context"]() if case["context"] else contextlib.nullcontext()
+    with ctx:
+        if case["setup"]:
+            case["setup"](st)
+        torch.cuda.synchronize()
+        with region:
+            case["fn"](st)
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ground truth: the profiler's runtime trace + sync-debug mode, read here.
+
+def _device_event(e) -> bool:
+    return str(getattr(e, "device_type", "")).endswith("CUDA")
+
+
+def _copy_facts(name: str) -> tuple[str | None, str | None]:
+    """``Memcpy HtoD (Pageable -> Device)`` -> ("h2d", "pageable")."""
+    direction = ("h2d" if "HtoD" in name else "d2h" if "DtoH" in name else
+                 "d2d" if "DtoD" in name else None)
+    memory = "pageable" if "Pageable" in name else "pinned" if "Pinned" in name else None
+    return direction, memory
+
+
+def _ops(e, marker) -> list[str]:
+    chain, p = [], e.cpu_parent
+    while p is not None and p is not marker:
+        if "::" in p.name and not p.name.startswith("corpus_report"):
+            chain.append(p.name)
+        p = p.cpu_parent
+    return chain[::-1]  # outermost first
+
+
+def _inside(e, marker) -> bool:
+    p = e.cpu_parent
+    while p is not None:
+        if p is marker:
+            return True
+        p = p.cpu_parent
+    t0, t1 = marker.time_range.start, marker.time_range.end
+    return e.thread == marker.thread and t0 <= e.time_range.start <= t1
+
+
+def read_trace(events) -> dict:
+    """Waits in the marker's range: one entry per host wait, with API, kind, direction, memory
+    and aten op. A stream sync that follows a copy issued by the same op completes that copy
+    (a blocking copy); an async copy from pageable memory with no sync after it is a pageable
+    copy (CUDA stages it and the host waits); a pinned async copy is no wait."""
+    markers = [e for e in events if e.name == MARKER]
+    if not markers:
+        return {"ok": False, "why": "the profiler recorded no range for the snippet", "waits": [],
+                "calls": {}}
+    marker = markers[0]
+    device_copies = {e.id: e.name for e in events if _device_event(e) and "Memcpy" in e.name}
+    runtime = sorted((e for e in events if not _device_event(e) and e.name.startswith("cuda")
+                      and _inside(e, marker)), key=lambda e: e.time_range.start)
+    calls = Counter(e.name for e in runtime)
+    waits, pending = [], {}
+    for e in runtime:
+        api, ops = e.name, _ops(e, marker)
+        op = ops[-1] if ops else None
+        key = id(e.cpu_parent) if ops else None
+        if api.startswith("cudaMemcpy"):
+            record = device_copies.get(e.id, "")
+            direction, memory = _copy_facts(record)
+            copy = dict(api=api, direction=direction, memory=memory, op=op, record=record)
+            if direction in ("h2d", "d2h"):
+                if not api.endswith("Async"):
+                    waits.append(dict(copy, kind=f"blocking_copy_{direction}"))
+                else:
+                    pending.setdefault(key, []).append(copy)
+        elif api == "cudaStreamSynchronize":
+            copy = pending[key].pop() if key is not None and pending.get(key) else None
+            if copy:
+                waits.append(dict(copy, api=f"{copy['api']}+{api}",
+                                  kind=f"blocking_copy_{copy['direction']}"))
+            else:
+                waits.append(dict(api=api, kind="stream_sync", direction=None, memory=None, op=op))
+        elif api in WAIT_APIS:
+            kind = {"cudaDeviceSynchronize": "device_sync", "cudaEventSynchronize": "event_sync",
+                    "cudaFree": "implicit_free"}[api]
+            waits.append(dict(api=api, kind=kind, direction=None, memory=None, op=op))
+    for copies in pending.values():
+        for copy in copies:
+            if copy["memory"] == "pageable":
+                waits.append(dict(copy, kind="pageable_copy"))
+    for w in waits:
+        w.pop("record", None)
+    return {"ok": True, "waits": waits, "calls": dict(calls)}
+
+
+def measure_truth(case: dict, st) -> dict:
+    import torch
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    class Region:
+        def __enter__(self):
+            self.prev = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("warn")
+            self.rf = record_function(MARKER)
+            self.rf.__enter__()
+
+        def __exit__(self, *exc):
+            self.rf.__exit__(*exc)
+            torch.cuda.set_sync_debug_mode(self.prev)
+            return False
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with prof:
+            invoke(case, st, Region())
+    truth = read_trace(prof.events())
+    flags = [w for w in caught if SYNC_WARNING in str(w.message)]
+    truth["debug_flags"] = len(flags)
+    if flags and not truth["waits"]:
+        truth["waits"] = [dict(api="cudaStreamSynchronize", kind="stream_sync", direction=None,
+                               memory=None, op=None, source="sync-debug mode only")]
+    truth["syncs"] = bool(truth["waits"])
+    return truth
+
+
+# ---------------------------------------------------------------------------------------------
+# The detectors, through the public API only.
+
+def detector_sets() -> dict[str, str | None]:
+    """``default``, plus "debug,trace,profile" where syncguard still knows all three names."""
+    import syncguard
+
+    names: tuple = ()
+    for where in ("DETECTOR_NAMES", "detector_names"):
+        value = getattr(syncguard, where, None)
+        names = tuple(value() if callable(value) else value or ())
+        if names:
+            break
+    if not names:
+        from syncguard import events
+
+        names = tuple(getattr(events, "ALL_DETECTORS", ()))
+    sets = {"default": None}
+    if all(n in names for n in ("debug", "trace", "profile")):
+        sets["debug,trace,profile"] = "debug,trace,profile"
+    return sets
+
+
+_KNOWN_FIELDS = ("api", "kind", "op", "filename", "lineno", "function", "thread", "detectors",
+                 "note", "stack")
+
+
+def _memory_of(event) -> str | None:
+    for attr in ("memory", "host_memory"):
+        value = getattr(event, attr, None)
+        if value in ("pageable", "pinned"):
+            return value
+    if getattr(event, "pageable", None) is not None:
+        return "pageable" if event.pageable else "pinned"
+    if event.kind == "pageable_copy":
+        return "pageable"
+    text = f"{event.kind} {getattr(event, 'note', '') or ''}".lower()
+    return "pageable" if "pageable" in text else "pinned" if "pinned" in text else None
+
+
+def _event_dict(e) -> dict:
+    d = e.to_dict() if hasattr(e, "to_dict") else {k: getattr(e, k, None) for k in _KNOWN_FIELDS}
+    out = {k: d.get(k) for k in ("api", "kind", "op", "lineno", "function", "thread", "detectors",
+                                  "note")}
+    out["file"] = os.path.relpath(d["filename"], ROOT) if d.get("filename") else None
+    out["stack"] = [os.path.relpath(s, ROOT) if s.startswith(ROOT) else s
+                    for s in d.get("stack") or ()][:6]
+    out["memory"] = _memory_of(e)
+    out.update({k: v for k, v in d.items() if k not in out and k not in ("filename",
+                                                                         "host_blocked_us",
+                                                                         "ops", "reason")})
+    return out
+
+
+def measure_detectors(case: dict, st, detectors: str | None) -> dict:
+    import syncguard
+
+    region = syncguard.audit() if detectors is None else syncguard.audit(detectors=detectors)
+    holder = {}
+
+    class Region:
+        def __enter__(self):
+            holder["report"] = region.__enter__()
+
+        def __exit__(self, *exc):
+            return region.__exit__(*exc)
+
+    invoke(case, st, Region())
+    rep = holder["report"]
+    return {"ran": list(rep.detectors), "reason": getattr(rep, "reason", None),
+            "syncs": [_event_dict(e) for e in rep.syncs],
+            "allowed": [_event_dict(e) for e in rep.allowed],
+            "notes": list(getattr(rep, "notes", []))}
+
+
+class Noise:
+    """A helper thread that keeps syncing while the default detectors audit the snippets."""
+
+    def __init__(self):
+        import torch
+
+        self.t = torch.ones(16, device="cuda")
+        self.go, self.stop, self.count = threading.Event(), threading.Event(), 0
+        self.thread = threading.Thread(target=self._loop, name=NOISE_THREAD, daemon=True)
+
+    def _loop(self):
+        while not self.stop.is_set():
+            if not self.go.wait(0.01):
+                continue
+            float(self.t.sum())  # a D2H read and a stream sync on this thread
+            self.count += 1
+            time.sleep(0.0002)
+
+    @contextlib.contextmanager
+    def paused(self, pause: bool):
+        if pause:
+            self.go.clear()
+            time.sleep(0.005)  # let an iteration in flight finish
+        try:
+            yield
+        finally:
+            self.go.set()
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging one snippet's detector output against its ground truth.
+
+def _key(kind: str, memory: str | None, with_memory: bool) -> str:
+    return f"{kind}/{memory or '?'}" if with_memory and kind in COPY_KINDS else kind
+
+
+def _line_ok(case: dict, e: dict) -> bool:
+    site = f"{case['file']}:{case['line']}"
+    if e.get("file") == case["file"] and e.get("lineno") == case["line"]:
+        return True
+    # cases/: the first user frame is inside cases/, the snippet's line below it
+    return case["corpus"] == "cases" and any(s.startswith(site + " ") or s == site
+                                             for s in e.get("stack") or ())
+
+
+def judge(case: dict, truth: dict, det: dict) -> dict:
+    events = det["syncs"] + det["allowed"]
+    other = [e for e in events if e.get("thread") not in (None, "", "MainThread")
+             or NOISE_THREAD in str(e.get("thread"))]
+    mine = [e for e in events if e not in other]
+    out = {"syncs": bool(mine) == truth["syncs"], "other_threads": len(other)}
+    if truth["syncs"]:  # a miss counts against the kind too
+        for name, mem in (("kind", False), ("kind_memory", True)):
+            want = {_key(w["kind"], w.get("memory"), mem) for w in truth["waits"]}
+            got = {_key(e["kind"], e.get("memory"), mem) for e in mine}
+            out[name] = want == got
+    out["lines_ok"] = sum(_line_ok(case, e) for e in mine)
+    out["lines"] = len(mine)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The run.
+
+def provenance(started: float) -> dict:
     from syncguard.report import environment
 
-    doc = {"schema_version": 1, "kind": "syncguard-corpus", "environment": environment(),
-           "snippets": table}
-    with open(os.path.join(a.out, f"corpus-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, f"trace-records-{ver}.json"), "w") as f:
-        json.dump({"schema_version": 1, "torch": torch.__version__, "records": raw}, f)
-    write_markdown(doc, a.out)
+    env = environment()
+    commit = os.environ.get("SYNCGUARD_GIT_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                                    text=True, timeout=10).stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            commit = None
+    digest = hashlib.sha256()
+    for sub in ("syncguard", "tests/gpu", "cases", "tools"):
+        for dirpath, _, files in sorted(os.walk(os.path.join(ROOT, sub))):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    with open(os.path.join(dirpath, f), "rb") as fh:
+                        digest.update(f.encode() + fh.read())
+    return {**env, "git_commit": commit, "source_sha256": digest.hexdigest()[:16],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "duration_s": round(time.time() - started, 1)}
 
 
-def rejudge(doc):
-    """Verdicts again from recorded rows, with the corpus's current expectations."""
-    by_name = {s.name: s for s in SNIPPETS}
-    version = doc["environment"]["torch"]
-    for row in doc["snippets"]:
-        snip = by_name[row["snippet"]]
-        row["expect"] = list(snip.expected(version))
-        row["result"] = verdict(snip, row["both"], version, row["line"])
-        row["result_all"] = verdict(snip, row["all"], version, row["line"])
+def run(out_dir: str) -> dict:
+    import torch
+
+    started = time.time()
+    todo, made = cases(), states()
+    rows = {c["id"]: {"id": c["id"], "corpus": c["corpus"], "name": c["name"], "group": c["group"],
+                      "file": c["file"], "line": c["line"], "doc": c["doc"],
+                      "alternative_for": c["alternative_for"], "source": c["source"],
+                      "error": None, "truth": None, "detectors": {}, "agreement": {}}
+            for c in todo}
+    for c in todo:  # 1. warm-up
+        try:
+            invoke(c, made[c["corpus"]], contextlib.nullcontext())
+            invoke(c, made[c["corpus"]], contextlib.nullcontext())
+        except Exception as e:  # noqa: BLE001
+            rows[c["id"]]["error"] = f"warm-up: {_error(e)}"
+    live = [c for c in todo if rows[c["id"]]["error"] is None]
+    torch.cuda.synchronize()
+    sets = detector_sets()
+    noise = Noise()
+    noise.thread.start()
+    noise.go.set()
+    try:
+        for c in live:  # 2. the default detectors, with another thread syncing
+            with noise.paused(c["capture"]):
+                try:
+                    rows[c["id"]]["detectors"]["default"] = measure_detectors(c, made[c["corpus"]], None)
+                except Exception as e:  # noqa: BLE001
+                    rows[c["id"]]["detectors"]["default"] = {"error": _error(e)}
+    finally:
+        noise.stop.set()
+        noise.thread.join(5)
+    for c in live:  # 3. ground truth
+        try:
+            rows[c["id"]]["truth"] = measure_truth(c, made[c["corpus"]])
+        except Exception as e:  # noqa: BLE001
+            rows[c["id"]]["truth"] = {"ok": False, "why": _error(e), "waits": [], "syncs": None}
+    for name, dets in sets.items():  # 4. the profile-inclusive set
+        if dets is None:
+            continue
+        for c in live:
+            try:
+                rows[c["id"]]["detectors"][name] = measure_detectors(c, made[c["corpus"]], dets)
+            except Exception as e:  # noqa: BLE001
+                rows[c["id"]]["detectors"][name] = {"error": _error(e)}
+    for c in todo:
+        row = rows[c["id"]]
+        truth = row["truth"]
+        for name, det in row["detectors"].items():
+            if truth and truth.get("ok") and "error" not in det:
+                row["agreement"][name] = judge(c, truth, det)
+    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "provenance": provenance(started),
+           "detector_sets": {n: d or "default" for n, d in sets.items()},
+           "noise_syncs": noise.count, "snippets": list(rows.values())}
+    doc["summary"] = summarize(doc)
     return doc
 
 
-def write_markdown(doc, out):
-    env, table = doc["environment"], doc["snippets"]
-    ver = env["torch"].split("+")[0]
+def summarize(doc: dict) -> dict:
+    """Agreement figures per detector set, against the ground truth of the same run."""
+    out = {}
+    for name in doc["detector_sets"]:
+        judged = [r["agreement"][name] for r in doc["snippets"] if name in r["agreement"]]
+        kinds = [a for a in judged if "kind" in a]
+        out[name] = {
+            "judged": len(judged),
+            "syncs_agree": sum(a["syncs"] for a in judged),
+            "kind_judged": len(kinds),
+            "kind_agree": sum(a["kind"] for a in kinds),
+            "kind_memory_agree": sum(a["kind_memory"] for a in kinds),
+            "events": sum(a["lines"] for a in judged),
+            "events_on_line": sum(a["lines_ok"] for a in judged),
+            "other_threads": sum(a["other_threads"] for a in judged),
+        }
+    out["snippets"] = len(doc["snippets"])
+    out["failed"] = sum(1 for r in doc["snippets"] if r["error"])
+    out["truth_syncs"] = sum(1 for r in doc["snippets"] if (r["truth"] or {}).get("syncs"))
+    return out
 
-    def cell(rows):
-        return ", ".join(sorted({r["kind"] for r in rows})) or "clean"
 
-    md = [f"# Snippet corpus on {env.get('gpu')} · torch {env['torch']}", "",
-          "Detectors: `debug` = sync-debug mode, `trace` = CUDA trace callbacks + API hooks, "
-          "`profile` = PyTorch profiler runtime trace (opt-in). `both` = debug+trace, the default.", "",
-          "| snippet | expected | debug | trace | profile | both (default) | line ok | result | ops (all three) | all three |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in table:
-        exp = ", ".join(row["expect"]) or "clean"
-        line_ok = all(r["line"] == row["line"] for r in row["both"]) if row["both"] and row["line"] else "–"
-        ops = ", ".join(sorted({r["op"] for r in row["all"] if r["op"]})) or "–"
-        md.append(f"| `{row['snippet']}` | {exp} | {cell(row['debug'])} | {cell(row['trace'])} | "
-                  f"{cell(row['profile'])} | {cell(row['both'])} | {line_ok} | {row['result']} | "
-                  f"{ops} | {row['result_all']} |")
-    bad = [r["snippet"] for r in table
-           if not r["result"].startswith("ok") or not r["result_all"].startswith("ok")]
-    md += ["", f"{len(table) - len(bad)}/{len(table)} snippets as expected" +
-           (f"; not: {', '.join(bad)}" if bad else "")]
-    with open(os.path.join(out, f"corpus-{ver}.md"), "w") as f:
-        f.write("\n".join(md) + "\n")
-    print("\n".join(md))
+# ---------------------------------------------------------------------------------------------
+# Output.
+
+def _pct(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "–"
+
+
+def cell(waits: list[dict]) -> str:
+    if not waits:
+        return "clean"
+    c = Counter(f"{w['kind']}" + (f"[{w['direction']}/{w['memory'] or '?'}]"
+                                  if w['kind'] in COPY_KINDS and w.get('direction') else "")
+                for w in waits)
+    return ", ".join(f"{k}×{n}" if n > 1 else k for k, n in sorted(c.items()))
+
+
+def markdown(doc: dict) -> str:
+    p, s = doc["provenance"], doc["summary"]
+    md = [f"# Corpus run: torch {p['torch']} on {p.get('gpu')} (driver {p.get('driver')})", "",
+          f"Commit `{p.get('git_commit')}`, sources `{p.get('source_sha256')}`, CUDA "
+          f"{p.get('cuda_runtime')}, {p.get('created')}, {p.get('duration_s')} s. "
+          f"Ground truth: {p.get('truth_source') or TRUTH}. "
+          f"{s['snippets']} snippets, {s['failed']} failed to run, {s['truth_syncs']} sync.", "",
+          "| detectors (ran) | whether it syncs | exact kind | kind incl. pageable/pinned | "
+          "events on the snippet's line | events from other threads |", "|---|---|---|---|---|---|"]
+    for name in doc["detector_sets"]:
+        f = s[name]
+        ran = sorted({",".join(r["detectors"][name].get("ran", [])) for r in doc["snippets"]
+                      if name in r["detectors"] and "ran" in r["detectors"][name]})
+        md.append(f"| {name} ({'; '.join(ran) or '–'}) | {_pct(f['syncs_agree'], f['judged'])} | "
+                  f"{_pct(f['kind_agree'], f['kind_judged'])} | "
+                  f"{_pct(f['kind_memory_agree'], f['kind_judged'])} | "
+                  f"{_pct(f['events_on_line'], f['events'])} | {f['other_threads']} |")
+    md += ["", f"Targets (default): 100% / ≥98% / ≥98% / 100% / 0. The helper thread synced "
+               f"{doc.get('noise_syncs')} times during the default pass.", "",
+           "| snippet | ground truth (kind[direction/memory]) | API · aten op | " +
+           " | ".join(doc["detector_sets"]) + " | verdict |",
+           "|---|---|---|" + "---|" * len(doc["detector_sets"]) + "---|"]
+    for r in doc["snippets"]:
+        t = r["truth"] or {}
+        if r["error"] or not t.get("ok"):
+            md.append(f"| `{r['id']}` | not measured: {r['error'] or t.get('why')} | | " +
+                      " | " * len(doc["detector_sets"]) + " |")
+            continue
+        apis = "; ".join(sorted({f"{w['api']}" + (f" · {w['op']}" if w.get('op') else "")
+                                 for w in t["waits"]})) or "–"
+        dets, verdict = [], []
+        for name in doc["detector_sets"]:
+            d = r["detectors"].get(name, {})
+            if "error" in d:
+                dets.append(f"error: {d['error']}")
+                continue
+            evs = d.get("syncs", []) + d.get("allowed", [])
+            dets.append(", ".join(sorted({_key(e["kind"], e.get("memory"), True) for e in evs}))
+                        or "clean")
+            a = r["agreement"].get(name, {})
+            bad = [k for k in ("syncs", "kind", "kind_memory") if a.get(k) is False]
+            if a.get("lines_ok", 0) < a.get("lines", 0):
+                bad.append("line")
+            if a.get("other_threads"):
+                bad.append("thread")
+            verdict.append(f"{name}: " + ("ok" if not bad else "WRONG " + "+".join(bad)))
+        md.append(f"| `{r['id']}` | {cell(t['waits'])} | {apis} | " + " | ".join(dets) +
+                  f" | {'; '.join(verdict)} |")
+    return "\n".join(md) + "\n"
+
+
+def write(doc: dict, out_dir: str) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    ver = str(doc["provenance"]["torch"]).split("+")[0]
+    paths = []
+    for suffix, text in ((".json", json.dumps(doc, indent=1, sort_keys=True) + "\n"),
+                         (".md", markdown(doc))):
+        path = os.path.join(out_dir, f"corpus-run-{ver}{suffix}")
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+        paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Converting a schema-1 corpus run (tools/corpus_report.py before this one).
+
+_DIRECTION = {"blocking_copy_d2h": "d2h", "blocking_copy_h2d": "h2d"}
+
+
+def _old_event(e: dict) -> dict:
+    return {"api": e["api"], "kind": e["kind"], "op": e.get("op"), "lineno": e.get("line"),
+            "file": f"tests/gpu/{e['file']}" if e.get("file") not in (None, "?") else None,
+            "function": None, "thread": "MainThread", "detectors": e.get("detectors", []),
+            "note": None, "stack": [], "memory": "pageable" if e["kind"] == "pageable_copy" else None}
+
+
+def convert(old: dict, path: str) -> dict:
+    """A schema-1 run in schema 2. Its "ground truth" is what that run's ``profile`` detector
+    and ``debug`` detector recorded: it had no independent trace, and the provenance says so."""
+    if old.get("kind") != "syncguard-corpus" or old.get("schema_version") != 1:
+        raise ValueError(f"{path}: not a schema-1 syncguard-corpus run")
+    rows = []
+    for s in old["snippets"]:
+        waits = [dict(api=e["api"], kind=e["kind"], direction=_DIRECTION.get(e["kind"]),
+                      memory="pageable" if e["kind"] == "pageable_copy" else None, op=e.get("op"))
+                 for e in s["profile"]]
+        if not waits and s["debug"]:
+            waits = [dict(api="cudaStreamSynchronize", kind="stream_sync", direction=None,
+                          memory=None, op=None, source="sync-debug mode only")]
+        case = {"file": "tests/gpu/corpus.py", "line": s["line"], "corpus": "corpus"}
+        truth = {"ok": True, "waits": waits, "syncs": bool(waits), "debug_flags": len(s["debug"]),
+                 "calls": {}}
+        dets = {"default": {"ran": ["debug", "trace"], "syncs": [_old_event(e) for e in s["both"]],
+                            "allowed": [], "notes": s.get("both_notes", [])},
+                "debug,trace,profile": {"ran": ["debug", "trace", "profile"],
+                                        "syncs": [_old_event(e) for e in s["all"]],
+                                        "allowed": [], "notes": s.get("all_notes", [])}}
+        rows.append({"id": f"corpus/{s['snippet']}", "corpus": "corpus", "name": s["snippet"],
+                     "group": "corpus", "file": case["file"], "line": s["line"], "doc": "",
+                     "alternative_for": [], "source": None, "error": None, "truth": truth,
+                     "detectors": dets,
+                     "agreement": {n: judge(case, truth, d) for n, d in dets.items()}})
+    env = dict(old["environment"])
+    env.update(git_commit=None, source_sha256=None, created=None, duration_s=None,
+               converted_from=os.path.relpath(os.path.abspath(path), ROOT),
+               truth_source="schema-1 run: syncguard's profile + debug detectors of that run "
+                            "(no independent runtime trace was recorded)")
+    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "provenance": env,
+           "detector_sets": {"default": "default", "debug,trace,profile": "debug,trace,profile"},
+           "noise_syncs": None, "snippets": rows}
+    doc["summary"] = summarize(doc)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder")
+    ap.add_argument("--convert", metavar="OLD_JSON", nargs="+",
+                    help="no GPU: rewrite schema-1 corpus runs in this schema into --out")
+    a = ap.parse_args(argv)
+    if a.convert:
+        for path in a.convert:
+            with open(path, encoding="utf-8") as f:
+                print("\n".join(write(convert(json.load(f), path), a.out)))
+        return 0
+    try:
+        import torch
+    except ImportError:
+        print("corpus_report: no CUDA (torch is not installed); nothing measured, nothing written")
+        return 0
+    if not torch.cuda.is_available():
+        print(f"corpus_report: no CUDA (torch {torch.__version__}); nothing measured, nothing written")
+        return 0
+    try:
+        doc = run(a.out)
+    except Exception:  # the run itself broke (not one snippet): say so, write nothing half-done
+        traceback.print_exc()
+        return 1
+    for path in write(doc, a.out):
+        print(path)
+    print(markdown(doc).split("\n\n| snippet")[0])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
