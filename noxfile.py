@@ -72,3 +72,10 @@ def report(session: nox.Session) -> None:
     session.run("python", "-m", "syncguard", "report", "reports/*-torch-*.json",
                 "--baseline", "reports/baseline.json", "--format", "markdown",
                 "--output", "reports/README.md", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def atlas(session: nox.Session) -> None:
+    """reports/atlas.md from the committed corpus runs (reports/atlas-runs/, tools/corpus_report.py)."""
+    session.run("python", "-m", "syncguard.atlas", "reports/atlas-runs/corpus-run-*.json",
+                "--format", "markdown", "--output", "reports/atlas.md", *session.posargs)

@@ -39,6 +39,8 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from syncguard.atlas import wait_text  # noqa: E402  (one spelling of a cell, shared)
+
 SCHEMA = "syncguard-corpus-run"
 SCHEMA_VERSION = 2
 MARKER = "corpus_report::snippet"
@@ -61,13 +63,13 @@ def cases() -> list[dict]:
         out.append(dict(id=f"corpus/{s.name}", corpus="corpus", name=s.name, group="corpus",
                         fn=s.fn, setup=None, context=None, capture=False,
                         line=s.sync_line or start + len(lines) - 1, file="tests/gpu/corpus.py",
-                        doc=(s.fn.__doc__ or "").strip(), alternative_for=[], source=None))
+                        doc=(s.fn.__doc__ or "").strip(), source=None))
     for kind, snippets in (("library", lib.LIBRARY), ("cases", lib.CASES)):
         for s in snippets:
             out.append(dict(id=f"{kind}/{s.name}", corpus=kind, name=s.name, group=s.group,
                             fn=s.fn, setup=s.setup, context=s.context, capture=s.capture,
                             line=s.call_line, file="tests/gpu/library_corpus.py", doc=s.doc,
-                            alternative_for=list(s.alternative_for), source=s.source))
+                            source=s.source))
     return out
 
 
@@ -150,13 +152,17 @@ def read_trace(events) -> dict:
     runtime = sorted((e for e in events if not _device_event(e) and e.name.startswith("cuda")
                       and _inside(e, marker)), key=lambda e: e.time_range.start)
     calls = Counter(e.name for e in runtime)
-    waits, pending = [], {}
+    waits, pending, nth = [], {}, Counter()
     for e in runtime:
         api, ops = e.name, _ops(e, marker)
         op = ops[-1] if ops else None
         key = id(e.cpu_parent) if ops else None
         if api.startswith("cudaMemcpy"):
-            record = device_copies.get(e.id, "")
+            record = device_copies.get(e.id)
+            if record is None:  # no correlation match: the op's own memcpy records, in order
+                mine = [k.name for k in getattr(e.cpu_parent, "kernels", ()) if "Memcpy" in k.name]
+                record = mine[nth[key]] if key is not None and nth[key] < len(mine) else ""
+            nth[key] += 1
             direction, memory = _copy_facts(record)
             copy = dict(api=api, direction=direction, memory=memory, op=op, record=record)
             if direction in ("h2d", "d2h"):
@@ -298,26 +304,28 @@ class Noise:
         import torch
 
         self.t = torch.ones(16, device="cuda")
-        self.go, self.stop, self.count = threading.Event(), threading.Event(), 0
+        self.stop, self.count, self.hold = threading.Event(), 0, False
+        self.lock = threading.Lock()  # held for each sync; paused() takes it to keep CUDA quiet
         self.thread = threading.Thread(target=self._loop, name=NOISE_THREAD, daemon=True)
 
     def _loop(self):
         while not self.stop.is_set():
-            if not self.go.wait(0.01):
-                continue
-            float(self.t.sum())  # a D2H read and a stream sync on this thread
-            self.count += 1
+            with self.lock:
+                if not self.hold:
+                    float(self.t.sum())  # a D2H read and a stream sync on this thread
+                    self.count += 1
             time.sleep(0.0002)
 
     @contextlib.contextmanager
     def paused(self, pause: bool):
+        """No sync from this thread meanwhile (a CUDA graph capture forbids them)."""
         if pause:
-            self.go.clear()
-            time.sleep(0.005)  # let an iteration in flight finish
+            with self.lock:
+                self.hold = True
         try:
             yield
         finally:
-            self.go.set()
+            self.hold = False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +393,7 @@ def run(out_dir: str) -> dict:
     todo, made = cases(), states()
     rows = {c["id"]: {"id": c["id"], "corpus": c["corpus"], "name": c["name"], "group": c["group"],
                       "file": c["file"], "line": c["line"], "doc": c["doc"],
-                      "alternative_for": c["alternative_for"], "source": c["source"],
+                      "source": c["source"],
                       "error": None, "truth": None, "detectors": {}, "agreement": {}}
             for c in todo}
     for c in todo:  # 1. warm-up
@@ -399,7 +407,6 @@ def run(out_dir: str) -> dict:
     sets = detector_sets()
     noise = Noise()
     noise.thread.start()
-    noise.go.set()
     try:
         for c in live:  # 2. the default detectors, with another thread syncing
             with noise.paused(c["capture"]):
@@ -465,15 +472,6 @@ def _pct(n: int, d: int) -> str:
     return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "–"
 
 
-def cell(waits: list[dict]) -> str:
-    if not waits:
-        return "clean"
-    c = Counter(f"{w['kind']}" + (f"[{w['direction']}/{w['memory'] or '?'}]"
-                                  if w['kind'] in COPY_KINDS and w.get('direction') else "")
-                for w in waits)
-    return ", ".join(f"{k}×{n}" if n > 1 else k for k, n in sorted(c.items()))
-
-
 def markdown(doc: dict) -> str:
     p, s = doc["provenance"], doc["summary"]
     md = [f"# Corpus run: torch {p['torch']} on {p.get('gpu')} (driver {p.get('driver')})", "",
@@ -520,7 +518,7 @@ def markdown(doc: dict) -> str:
             if a.get("other_threads"):
                 bad.append("thread")
             verdict.append(f"{name}: " + ("ok" if not bad else "WRONG " + "+".join(bad)))
-        md.append(f"| `{r['id']}` | {cell(t['waits'])} | {apis} | " + " | ".join(dets) +
+        md.append(f"| `{r['id']}` | {wait_text(t['waits'])} | {apis} | " + " | ".join(dets) +
                   f" | {'; '.join(verdict)} |")
     return "\n".join(md) + "\n"
 
@@ -548,7 +546,7 @@ _DIRECTION = {"blocking_copy_d2h": "d2h", "blocking_copy_h2d": "h2d"}
 def _old_event(e: dict) -> dict:
     return {"api": e["api"], "kind": e["kind"], "op": e.get("op"), "lineno": e.get("line"),
             "file": f"tests/gpu/{e['file']}" if e.get("file") not in (None, "?") else None,
-            "function": None, "thread": "MainThread", "detectors": e.get("detectors", []),
+            "function": None, "thread": None, "detectors": e.get("detectors", []),
             "note": None, "stack": [], "memory": "pageable" if e["kind"] == "pageable_copy" else None}
 
 
@@ -560,7 +558,8 @@ def convert(old: dict, path: str) -> dict:
     rows = []
     for s in old["snippets"]:
         waits = [dict(api=e["api"], kind=e["kind"], direction=_DIRECTION.get(e["kind"]),
-                      memory="pageable" if e["kind"] == "pageable_copy" else None, op=e.get("op"))
+                      memory="pageable" if e["kind"] == "pageable_copy" else None,
+                      op=e.get("op") if "::" in str(e.get("op")) else None)  # not Python frames
                  for e in s["profile"]]
         if not waits and s["debug"]:
             waits = [dict(api="cudaStreamSynchronize", kind="stream_sync", direction=None,
@@ -575,7 +574,7 @@ def convert(old: dict, path: str) -> dict:
                                         "allowed": [], "notes": s.get("all_notes", [])}}
         rows.append({"id": f"corpus/{s['snippet']}", "corpus": "corpus", "name": s["snippet"],
                      "group": "corpus", "file": case["file"], "line": s["line"], "doc": "",
-                     "alternative_for": [], "source": None, "error": None, "truth": truth,
+                     "source": None, "error": None, "truth": truth,
                      "detectors": dets,
                      "agreement": {n: judge(case, truth, d) for n, d in dets.items()}})
     env = dict(old["environment"])

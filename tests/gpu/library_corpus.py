@@ -7,8 +7,8 @@ it syncs, and how, is measured in the same run from the CUDA runtime trace and s
 graph, deterministic mode) lives in ``setup``/``context``, which the runner calls outside the
 audited region; tensors shared by all snippets are made by ``state()`` before any region opens.
 
-``alternative_for`` names the snippets this one replaces without a wait (the data behind
-``syncguard.alternatives``); the GPU run checks the claim on the same GPU. ``source`` names the
+Some snippets are the sync-free alternatives that ``syncguard.alternatives`` names; the GPU run
+checks that claim on the same GPU. ``source`` names the
 torch source file that issues a C++-level sync for the snippets picked for that reason.
 ``capture`` marks snippets that capture a CUDA graph: nothing else may touch CUDA meanwhile.
 """
@@ -31,7 +31,6 @@ class LibrarySnippet:
     group: str
     setup: Callable | None = None  # per run, outside the region
     context: Callable | None = None  # a context manager factory entered outside the region
-    alternative_for: tuple[str, ...] = ()
     source: str | None = None  # torch source file of a C++-issued sync
     capture: bool = False
     doc: str = field(default="", compare=False)
@@ -45,12 +44,12 @@ class LibrarySnippet:
         return None
 
 
-def snippet(group: str, *, setup=None, context=None, alternative_for=(), source=None,
+def snippet(group: str, *, setup=None, context=None, source=None,
             capture=False):
     def deco(fn):
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
-        LIBRARY.append(LibrarySnippet(fn.__name__, fn, group, setup, context,
-                                      tuple(alternative_for), source, capture, doc))
+        LIBRARY.append(LibrarySnippet(fn.__name__, fn, group, setup, context, source, capture,
+                                      doc))
         return fn
     return deco
 
@@ -290,7 +289,7 @@ def linalg_cholesky(s):
     __import__("torch").linalg.cholesky(s.spd)  # CALL
 
 
-@snippet("linalg", alternative_for=("linalg_cholesky",))
+@snippet("linalg")
 def linalg_cholesky_ex(s):
     """torch.linalg.cholesky_ex: returns info as a tensor instead of raising"""
     __import__("torch").linalg.cholesky_ex(s.spd)  # CALL
@@ -302,7 +301,7 @@ def linalg_inv(s):
     __import__("torch").linalg.inv(s.spd)  # CALL
 
 
-@snippet("linalg", alternative_for=("linalg_inv",))
+@snippet("linalg")
 def linalg_inv_ex(s):
     """torch.linalg.inv_ex: info as a tensor"""
     __import__("torch").linalg.inv_ex(s.spd)  # CALL
@@ -314,7 +313,7 @@ def linalg_solve(s):
     __import__("torch").linalg.solve(s.spd, s.b)  # CALL
 
 
-@snippet("linalg", alternative_for=("linalg_solve",))
+@snippet("linalg")
 def linalg_solve_ex(s):
     """torch.linalg.solve_ex: info as a tensor"""
     __import__("torch").linalg.solve_ex(s.spd, s.b)  # CALL
@@ -333,7 +332,7 @@ def categorical_validate_args(s):
     __import__("torch").distributions.Categorical(probs=s.probs, validate_args=True)  # CALL
 
 
-@snippet("distributions", alternative_for=("categorical_validate_args",))
+@snippet("distributions")
 def categorical_no_validate_args(s):
     """distributions.Categorical(probs, validate_args=False)"""
     __import__("torch").distributions.Categorical(probs=s.probs, validate_args=False)  # CALL
@@ -351,7 +350,7 @@ def normal_validate_args(s):
     __import__("torch").distributions.Normal(s.loc, s.scale, validate_args=True)  # CALL
 
 
-@snippet("distributions", alternative_for=("normal_validate_args",))
+@snippet("distributions")
 def normal_no_validate_args(s):
     """distributions.Normal(loc, scale, validate_args=False)"""
     __import__("torch").distributions.Normal(s.loc, s.scale, validate_args=False)  # CALL
@@ -410,7 +409,7 @@ def one_hot(s):
     __import__("torch").nn.functional.one_hot(s.labels)  # CALL
 
 
-@snippet("one_hot", alternative_for=("one_hot",))
+@snippet("one_hot")
 def one_hot_num_classes(s):
     """F.one_hot(labels, num_classes=10)"""
     __import__("torch").nn.functional.one_hot(s.labels, num_classes=10)  # CALL
@@ -423,7 +422,7 @@ def repeat_interleave_tensor(s):
     s.emb[:256].repeat_interleave(s.counts, dim=0)  # CALL
 
 
-@snippet("shapes", alternative_for=("repeat_interleave_tensor",))
+@snippet("shapes")
 def repeat_interleave_tensor_output_size(s):
     """Tensor.repeat_interleave(counts, output_size=known total)"""
     s.emb[:256].repeat_interleave(s.counts, dim=0, output_size=s.counts_total)  # CALL
@@ -435,7 +434,7 @@ def torch_nonzero(s):
     __import__("torch").nonzero(s.mask)  # CALL
 
 
-@snippet("shapes", alternative_for=("torch_nonzero", "where_one_arg"))
+@snippet("shapes")
 def nonzero_static(s):
     """torch.nonzero_static(mask, size=4096): fixed size, padded"""
     __import__("torch").nonzero_static(s.mask, size=4096)  # CALL
@@ -471,7 +470,7 @@ def torch_masked_select(s):
     __import__("torch").masked_select(s.x, s.mask)  # CALL
 
 
-@snippet("shapes", alternative_for=("torch_masked_select",))
+@snippet("shapes")
 def where_three_args(s):
     """torch.where(mask, x, 0): keeps the shape, so nothing is counted"""
     __import__("torch").where(s.mask, s.x, 0.0)  # CALL
@@ -489,7 +488,7 @@ def bincount_minlength(s):
     __import__("torch").bincount(s.labels, minlength=10)  # CALL
 
 
-@snippet("shapes", alternative_for=("bincount", "bincount_minlength"))
+@snippet("shapes")
 def scatter_add_counts(s):
     """torch.zeros(10).scatter_add_(0, labels, ones): bincount with a known size"""
     __import__("torch").zeros(10, dtype=s.labels.dtype, device="cuda").scatter_add_(0, s.labels, __import__("torch").ones_like(s.labels))  # CALL
@@ -594,7 +593,7 @@ def histc(s):
     __import__("torch").histc(s.x, bins=10)  # CALL
 
 
-@snippet("functional", alternative_for=("histc",))
+@snippet("functional")
 def histc_with_range(s):
     """torch.histc(x, bins=10, min=-4, max=4)"""
     __import__("torch").histc(s.x, bins=10, min=-4, max=4)  # CALL

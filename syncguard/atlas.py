@@ -1,0 +1,373 @@
+"""``syncguard atlas``: which operations make the host wait, in which torch version, and how.
+
+It renders committed corpus runs (tools/corpus_report.py, schema ``syncguard-corpus-run`` 2):
+one row per sync pattern (every snippet of the corpus, the library corpus and the cases), one
+column per run (torch version, GPU, driver). A cell is the run's ground truth for that snippet:
+what waits, as kind × count with copy direction and pageable/pinned memory, the runtime API and
+the aten op. A cell whose waits differ from the previous measured column is marked, and the
+opening lines say each such transition in words. Rows that sync show the sync-free alternative
+from ``syncguard.alternatives`` with what the same runs measured for it.
+
+Everything comes from the run files; nothing is typed by hand, and the output depends only on
+their content (no clock, no absolute paths), so a committed atlas can be checked byte for byte.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from .alternatives import Alternative, for_snippet
+from .events import SchemaError
+from .matrix import parse_version
+
+RUN_SCHEMA, RUN_SCHEMA_VERSION = "syncguard-corpus-run", 2
+ATLAS_SCHEMA_VERSION = 1
+DEFAULT_RUNS = "reports/atlas-runs/corpus-run-*.json"
+COPY_KINDS = ("blocking_copy_d2h", "blocking_copy_h2d", "pageable_copy")
+CORPORA = ("corpus", "library", "cases")
+CHANGED = "◆"
+
+
+def wait_text(waits: Iterable[dict[str, Any]]) -> str:
+    """``blocking_copy_h2d[h2d/pageable], stream_sync×2``; "clean" when nothing waits. The one
+    spelling of a cell's waits, shared with the corpus runner's table."""
+    counts = Counter(w["kind"] + (f"[{w.get('direction')}/{w.get('memory') or '?'}]"
+                                  if w["kind"] in COPY_KINDS and w.get("direction") else "")
+                     for w in waits)
+    return ", ".join(f"{k}×{n}" if n > 1 else k for k, n in sorted(counts.items())) or "clean"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One run: a torch build on one GPU, and where its numbers came from."""
+
+    file: str
+    torch: str
+    cuda: str | None
+    gpu: str | None
+    driver: str | None
+    commit: str | None
+    sources: str | None
+    created: str | None
+    truth: str
+    agreement: str  # the default detectors against the ground truth, in one phrase
+
+    @property
+    def label(self) -> str:
+        return self.torch
+
+
+@dataclass(frozen=True)
+class Cell:
+    measured: bool
+    waits: str = ""  # wait_text of the ground truth
+    via: str = ""  # runtime APIs and aten ops
+    error: str | None = None
+    changed: bool = False
+
+    @property
+    def syncs(self) -> bool:
+        return self.measured and self.error is None and self.waits != "clean"
+
+    def text(self, mark: bool = True) -> str:
+        if not self.measured:
+            return "–"
+        if self.error:
+            return f"not run: {self.error}"
+        body = self.waits + (f" · {self.via}" if self.via else "")
+        return f"{CHANGED} {body}" if mark and self.changed else body
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    label: str
+    cells: tuple[Cell, ...]
+    alternative: Alternative | None = None
+    alternative_status: str = ""
+
+
+@dataclass(frozen=True)
+class Atlas:
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    transitions: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading runs
+
+def load_run(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise SchemaError(f"{path}: cannot read ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
+        raise SchemaError(f"{path}: not a corpus run (schema {RUN_SCHEMA!r}); "
+                          "write one with tools/corpus_report.py")
+    if doc.get("schema_version") != RUN_SCHEMA_VERSION:
+        raise SchemaError(f"{path}: corpus run schema_version {doc.get('schema_version')!r}; "
+                          f"this syncguard reads {RUN_SCHEMA_VERSION}")
+    for key in ("provenance", "snippets", "summary"):
+        if key not in doc:
+            raise SchemaError(f"{path}: corpus run has no {key!r}")
+    return doc
+
+
+def _agreement(summary: dict[str, Any]) -> str:
+    f = summary.get("default")
+    if not f:
+        return "–"
+    def pct(n, d):
+        return f"{100 * n / d:.0f}%" if d else "–"
+    return (f"syncs {pct(f['syncs_agree'], f['judged'])}, kind "
+            f"{pct(f['kind_memory_agree'], f['kind_judged'])}, line "
+            f"{pct(f['events_on_line'], f['events'])}, other threads {f['other_threads']}")
+
+
+def _column(path: str, doc: dict[str, Any]) -> Column:
+    p = doc["provenance"]
+    return Column(os.path.basename(path), str(p.get("torch")), p.get("cuda_runtime"), p.get("gpu"),
+                  p.get("driver"), p.get("git_commit"), p.get("source_sha256"), p.get("created"),
+                  p.get("truth_source") or "runtime trace + sync-debug mode, same run",
+                  _agreement(doc["summary"]))
+
+
+def _cell(snippet: dict[str, Any] | None) -> Cell:
+    if snippet is None:
+        return Cell(False)
+    truth = snippet.get("truth") or {}
+    if snippet.get("error") or not truth.get("ok"):
+        return Cell(True, error=snippet.get("error") or truth.get("why") or "no ground truth")
+    waits = truth.get("waits", [])
+    via = sorted({w["api"] + (f" ({w['op']})" if w.get("op") else "") for w in waits})
+    return Cell(True, wait_text(waits), "; ".join(via))
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+def _mark_changes(cells: list[Cell]) -> list[Cell]:
+    out, prev = [], None
+    for c in cells:
+        comparable = c.measured and c.error is None
+        if comparable and prev is not None and c.waits != prev.waits:
+            c = Cell(c.measured, c.waits, c.via, c.error, changed=True)
+        out.append(c)
+        if comparable:
+            prev = c
+    return out
+
+
+def _transitions(row: Row, columns: tuple[Column, ...]) -> list[str]:
+    said, prev_i = [], None
+    for i, c in enumerate(row.cells):
+        if not (c.measured and c.error is None):
+            continue
+        if c.changed and prev_i is not None:
+            before = "sync-free" if row.cells[prev_i].waits == "clean" else row.cells[prev_i].waits
+            after = "sync-free" if c.waits == "clean" else c.waits
+            said.append(f"{row.label}: {before} up to {columns[prev_i].label} → {after} "
+                        f"from {columns[i].label}")
+        prev_i = i
+    return said
+
+
+def _alternative_status(alt: Alternative, by_id: dict[str, tuple[Cell, ...]],
+                        columns: tuple[Column, ...]) -> str:
+    cells = by_id.get(alt.checked_by)
+    if cells is None:
+        return "not measured yet"
+    clean = [col.label for col, c in zip(columns, cells) if c.measured and not c.error
+             and not c.syncs]
+    waits = [col.label for col, c in zip(columns, cells) if c.syncs]
+    parts = ([f"sync-free on {', '.join(clean)}"] if clean else []) + (
+        [f"still waits on {', '.join(waits)}"] if waits else [])
+    return "; ".join(parts) or "not measured yet"
+
+
+def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
+    runs = sorted(runs, key=lambda r: (parse_version(r[1]["provenance"].get("torch")),
+                                       str(r[1]["provenance"].get("torch")), r[0]))
+    columns = tuple(_column(path, doc) for path, doc in runs)
+    order: dict[str, dict[str, Any]] = {}
+    for _, doc in runs:
+        for s in doc["snippets"]:
+            order.setdefault(s["id"], s)
+    ids = sorted(order, key=lambda i: (CORPORA.index(order[i]["corpus"])
+                                       if order[i]["corpus"] in CORPORA else len(CORPORA)))
+    per_run = [{s["id"]: s for s in doc["snippets"]} for _, doc in runs]
+    cells = {i: tuple(_mark_changes([_cell(r.get(i)) for r in per_run])) for i in ids}
+    rows = []
+    for i in ids:
+        doc = order[i].get("doc") or ""
+        label = f"`{i}`" + (f" ({doc})" if doc else "")
+        alt = for_snippet(i)
+        status = _alternative_status(alt, cells, columns) if alt else ""
+        rows.append(Row(i, label, cells[i], alt, status))
+    rows_t = tuple(rows)
+    said = [t for r in rows_t for t in _transitions(r, columns)]
+    # transitions to or from sync-free first: those are the ones users ask about
+    said.sort(key=lambda t: "sync-free" not in t)
+    return Atlas(columns, rows_t, tuple(said))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(atlas: Atlas) -> str:
+    cols = atlas.columns
+    out = ["# The sync atlas: which operations make the host wait, per torch version", "",
+           f"Generated by `nox -s atlas` (`syncguard atlas`) from {len(cols)} corpus run(s) "
+           "(`reports/atlas-runs/`, written by `tools/corpus_report.py`); nothing here is typed "
+           f"by hand. A cell is the run's ground truth: kind × count [direction/memory] · "
+           f"runtime API (aten op). {CHANGED} marks a cell that differs from the previous "
+           "measured version.", "", "## Transitions", ""]
+    out += [f"- {_md(t)}" for t in atlas.transitions] or ["- none between the measured versions"]
+    out += ["", "## Runs", "",
+            "| torch | CUDA | GPU | driver | commit | sources | measured | ground truth | "
+            "default detectors vs ground truth | file |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cols:
+        out.append(" | ".join(["", c.torch, str(c.cuda), str(c.gpu), str(c.driver),
+                               f"`{(c.commit or '–')[:12]}`", f"`{c.sources or '–'}`",
+                               str(c.created or "–"), _md(c.truth), c.agreement, f"`{c.file}`", ""]
+                              ).strip())
+    for corpus in CORPORA:
+        rows = [r for r in atlas.rows if r.id.split("/", 1)[0] == corpus]
+        if not rows:
+            continue
+        out += ["", f"## {corpus} ({len(rows)} patterns)", "",
+                "| pattern | " + " | ".join(c.label for c in cols) + " | sync-free alternative |",
+                "|---|" + "---|" * len(cols) + "---|"]
+        for r in rows:
+            alt = ""
+            if r.alternative and any(c.syncs for c in r.cells):
+                alt = f"{r.alternative.instead} — {r.alternative_status}"
+            out.append(f"| {_md(r.label)} | " + " | ".join(_md(c.text()) for c in r.cells) +
+                       f" | {_md(alt)} |")
+    return "\n".join(out) + "\n"
+
+
+def to_json(atlas: Atlas) -> dict[str, Any]:
+    return {
+        "schema": "syncguard-atlas", "schema_version": ATLAS_SCHEMA_VERSION,
+        "transitions": list(atlas.transitions),
+        "columns": [c.__dict__ | {"label": c.label} for c in atlas.columns],
+        "rows": [{"id": r.id, "label": r.label,
+                  "cells": [{"measured": c.measured, "waits": c.waits, "via": c.via,
+                             "error": c.error, "changed": c.changed, "syncs": c.syncs}
+                            for c in r.cells],
+                  "alternative": None if r.alternative is None else {
+                      "instead": r.alternative.instead, "checked_by": r.alternative.checked_by,
+                      "status": r.alternative_status}} for r in atlas.rows],
+    }
+
+
+def render_json(atlas: Atlas) -> str:
+    return json.dumps(to_json(atlas), indent=1, ensure_ascii=False) + "\n"
+
+
+def render_table(atlas: Atlas):
+    from rich.table import Table
+
+    table = Table(title="syncguard atlas: what waits, per torch version", show_lines=False)
+    table.add_column("pattern", overflow="fold")
+    for c in atlas.columns:
+        table.add_column(f"{c.torch}\n{c.gpu or '?'} · {c.driver or '?'}", overflow="fold")
+    table.add_column("sync-free alternative", overflow="fold")
+    for r in atlas.rows:
+        alt = r.alternative.instead if r.alternative and any(c.syncs for c in r.cells) else ""
+        table.add_row(r.id, *[("[bold yellow]" + c.text() + "[/]") if c.changed else c.text()
+                              for c in r.cells], alt)
+    return table
+
+
+def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
+    if fmt == "markdown":
+        return render_markdown(atlas)
+    if fmt == "json":
+        return render_json(atlas)
+    from rich.console import Console
+
+    lines = "\n".join(["Transitions:"] + [f"  {t}" for t in atlas.transitions]) + "\n"
+    if to_terminal:
+        console = Console()
+        console.print(lines, markup=False)
+        console.print(render_table(atlas))
+        return None
+    buffer = io.StringIO()
+    Console(file=buffer, width=200, color_system=None).print(render_table(atlas))
+    return lines + buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line (registered as ``syncguard atlas``; also ``python -m syncguard.atlas``)
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("runs", nargs="*", metavar="RUN",
+                        help=f"corpus run JSON files or glob patterns (default {DEFAULT_RUNS!r})")
+    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    parser.add_argument("--output", metavar="FILE", help="write the rendered atlas here, atomically")
+    return parser
+
+
+def _paths(patterns: list[str]) -> list[str]:
+    paths: list[str] = []
+    for pattern in patterns or [DEFAULT_RUNS]:
+        if glob.has_magic(pattern) and not os.path.exists(pattern):
+            matched = sorted(glob.glob(pattern))
+            if not matched:
+                raise SchemaError(f"no corpus runs matched {pattern!r}")
+            paths += matched
+        else:
+            paths.append(pattern)
+    return list(dict.fromkeys(paths))
+
+
+def run(args: argparse.Namespace) -> int:
+    from .report import write_atomic
+
+    try:
+        atlas = build((p, load_run(p)) for p in _paths(args.runs))
+    except SchemaError as e:
+        print(f"syncguard: error: {e}", file=sys.stderr)
+        return 2
+    text = render(atlas, args.format, to_terminal=args.output is None)
+    if args.output:
+        try:
+            write_atomic(args.output, text)
+        except OSError as e:
+            print(f"syncguard: error: {args.output}: cannot write ({e.strerror or e})",
+                  file=sys.stderr)
+            return 2
+    elif text is not None:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = add_arguments(argparse.ArgumentParser(prog="syncguard atlas",
+                                                   description=__doc__.splitlines()[0]))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 2
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
