@@ -128,10 +128,11 @@ def _agreement(summary: dict[str, Any]) -> str:
     f = summary.get("default")
     if not f:
         return "–"
+
     def pct(n, d):
         return f"{100 * n / d:.0f}%" if d else "–"
     return (f"syncs {pct(f['syncs_agree'], f['judged'])}, kind "
-            f"{pct(f['kind_memory_agree'], f['kind_judged'])}, line "
+            f"{pct(f['kind_agree'], f['kind_judged'])}, line "
             f"{pct(f['events_on_line'], f['events'])}, other threads {f['other_threads']}")
 
 
