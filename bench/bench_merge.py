@@ -9,6 +9,16 @@ and the peak device memory the merge allocates beyond its inputs. ``--sweep`` al
 Triton kernel under other tile shapes, to tune ``cases.merge.triton_config``.
 
 Prints a table and writes JSON (``schema_version`` 1). Numbers are recorded, never asserted.
+
+    python bench/bench_merge.py --split --out $OUT/merge-split.json
+
+``--split`` measures the two costs a single CUDA-event figure mixes, apart, at 2048x2048 up to
+131072x8192 (or ``--size``): **device time**, the merge's span on the stream while the GPU is
+kept busy ahead of it (a ``torch.cuda._sleep`` kernel longer than the host work, so host work
+overlaps as it does inside a model step and only a wait shows), and **host time**, CPU
+microseconds per call. Each is the median of ``--reps`` calls, repeated for ``--rounds`` rounds;
+the band is the spread of the round medians, so a change smaller than the band is noise. The
+plain copy of the same bytes is measured the same way in the same rounds.
 """
 from __future__ import annotations
 
@@ -25,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 SIZES = ((8192, 4096), (131072, 8192))
+SPLIT_SIZES = ((2048, 2048), (8192, 4096), (32768, 4096), (131072, 8192))
 # Kernel-only timings (rows already on the device); {} is the default config for reference.
 SWEEP = [{}] + [dict(block_h=b, rows_per_program=r, num_warps=w)
                 for b, r, w in ((512, 8, 4), (1024, 2, 4), (1024, 8, 8), (2048, 2, 4),
@@ -51,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--sweep", action="store_true", help="also time other Triton tile shapes")
+    ap.add_argument("--split", action="store_true",
+                    help="device time and host time apart, with a noise band (see above)")
+    ap.add_argument("--rounds", type=int, default=5, help="--split: rounds per measurement")
     args = ap.parse_args(argv)
 
     import torch
@@ -71,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     has_triton = triton_available()
+    if args.split:
+        return _split_main(args, names, dtype, has_triton)
     rows, skipped, sweep = [], [], []
     for tokens, hidden in args.size or SIZES:
         for name in names:
@@ -101,12 +117,131 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows, "skipped": skipped, "triton_sweep": sweep,
     }
     _print_table(rows)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(doc, indent=2) + "\n")
-        os.replace(tmp, args.out)
-        print(f"wrote {args.out}")
+    _write(doc, args.out)
+    return 0
+
+
+def _write(doc: dict, out: Path | None) -> None:
+    """The JSON, atomically (a half-written file never replaces a good one)."""
+    if not out:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, out)
+    print(f"wrote {out}")
+
+
+def _round_medians(fn, sleep_cycles: int, reps: int) -> tuple[float, float]:
+    """(device ms, host us) medians of ``reps`` calls, each behind a sleep kernel."""
+    import statistics
+
+    import torch
+
+    dev, host = [], []
+    for _ in range(reps):
+        torch.cuda._sleep(sleep_cycles)  # the GPU is busy: host work overlaps, only waits show
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+        dev.append(start.elapsed_time(end))
+        host.append((t1 - t0) * 1e6)
+    return statistics.median(dev), statistics.median(host)
+
+
+def _band(values: list[float], digits: int) -> dict:
+    import statistics
+
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits)}
+
+
+def measure_split(name: str, tokens: int, hidden: int, *, dtype, warmup: int, reps: int,
+                  rounds: int) -> dict:
+    """One variant at one size: device ms and host us per call, and the same for a plain copy
+    of the multimodal rows, interleaved round by round."""
+    import torch
+
+    from cases.merge import VARIANTS, representative_inputs
+
+    inputs_embeds, mask, mm = representative_inputs(name, tokens, hidden, dtype=dtype)
+    dst = torch.empty_like(mm)
+
+    def merge():
+        VARIANTS[name].fn(inputs_embeds, mask, mm)
+
+    def copy():
+        dst.copy_(mm)
+
+    for _ in range(warmup):
+        merge()
+        copy()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    merge()
+    host_s = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    # ~2 GHz: enough cycles to outlast the host work three times over, at least 2 ms
+    sleep_cycles = int(max(2e-3, 3 * host_s) * 2e9)
+    m_dev, m_host, c_dev, c_host, ratio = [], [], [], [], []
+    for _ in range(rounds):
+        d, h = _round_medians(merge, sleep_cycles, reps)
+        cd, ch = _round_medians(copy, sleep_cycles, reps)
+        m_dev.append(d), m_host.append(h), c_dev.append(cd), c_host.append(ch)
+        ratio.append(d / cd if cd > 0 else float("nan"))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    merge()
+    torch.cuda.synchronize()
+    peak_extra = torch.cuda.max_memory_allocated() - before
+    return {"variant": name, "tokens": tokens, "hidden": hidden, "mm_rows": mm.shape[0],
+            "device_ms": _band(m_dev, 5), "host_us": _band(m_host, 1),
+            "copy_device_ms": _band(c_dev, 5), "copy_host_us": _band(c_host, 1),
+            "device_x_copy": _band(ratio, 3), "peak_extra_bytes": int(peak_extra),
+            "sleep_cycles": sleep_cycles, "reps": reps, "rounds": rounds}
+
+
+def _split_main(args, names, dtype, has_triton) -> int:
+    import torch
+
+    from cases.merge import VARIANTS
+
+    rows, skipped = [], []
+    for tokens, hidden in args.size or SPLIT_SIZES:
+        for name in names:
+            if VARIANTS[name].needs_triton_on_cuda and not has_triton:
+                skipped.append({"variant": name, "reason": "triton not installed"})
+                continue
+            try:
+                m = measure_split(name, tokens, hidden, dtype=dtype, warmup=args.warmup,
+                                  reps=min(args.reps, 20), rounds=args.rounds)
+            except Exception as e:  # noqa: BLE001 - one failing size must not lose the others
+                skipped.append({"variant": name, "size": f"{tokens}x{hidden}",
+                                "reason": f"{type(e).__name__}: {e}"[:300]})
+                torch.cuda.empty_cache()
+                continue
+            rows.append(m)
+            torch.cuda.empty_cache()
+            d, h, x = m["device_ms"], m["host_us"], m["device_x_copy"]
+            print(f"  {name:<20} {tokens}x{hidden}: device {d['median']:.4f} ms "
+                  f"[{d['min']:.4f}-{d['max']:.4f}] = x{x['median']} copy "
+                  f"[{x['min']}-{x['max']}], host {h['median']:.1f} us "
+                  f"[{h['min']:.1f}-{h['max']:.1f}]", flush=True)
+    doc = {"schema_version": 1, "kind": "syncguard-merge-bench-split",
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+                           "gpu": torch.cuda.get_device_name(0),
+                           "python": platform.python_version(), "triton": _triton_version()},
+           "options": {"dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup,
+                       "reps": min(args.reps, 20), "rounds": args.rounds,
+                       "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
+           "results": rows, "skipped": skipped}
+    _write(doc, args.out)
     return 0
 
 
