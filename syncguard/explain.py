@@ -127,10 +127,14 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
 def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) -> list[str]:
     """The terminal summary: counts, then the call sites that synced most across the session."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
-    lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
-             f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed only; "
-             f"{counts.get('not_audited', 0)} not audited (no CUDA)"
-             + (f"; {off} not audited (off/not run)" if off else "")]
+    if not counts.get("audited", 0):  # say it first: a green run that audited nothing proves nothing
+        lines = [f"NO TEST WAS AUDITED: {counts.get('not_audited', 0)} not audited (no CUDA)"
+                 + (f", {off} off/not run" if off else "")]
+    else:
+        lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
+                 f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed "
+                 f"only; {counts.get('not_audited', 0)} not audited (no CUDA)"
+                 + (f"; {off} not audited (off/not run)" if off else "")]
     sites: Counter = Counter()
     tests_at: dict[tuple, set] = {}
     label: dict[tuple, str] = {}

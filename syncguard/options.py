@@ -37,13 +37,14 @@ class Settings:
     races: bool = False
     report: str | None = None
     isolate: bool = False
+    require_cuda: bool = False
     warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
     child: str | None = None  # internal: this process is an --syncguard-isolate child
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
-                "isolate": self.isolate}
+                "isolate": self.isolate, "require_cuda": self.require_cuda}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -89,7 +90,11 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
      "write the session's JSON report to PATH"),
     ("--syncguard-isolate", "syncguard_isolate", _bool, False,
      dict(action="store_true", default=None),
-     "run each audited test in a fresh subprocess (survives sticky CUDA errors)"),
+     "run each audited test in a fresh subprocess (survives sticky CUDA errors; without CUDA "
+     "tests run in this process)"),
+    ("--syncguard-require-cuda", "syncguard_require_cuda", _bool, False,
+     dict(action="store_true", default=None),
+     "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
 )
 
 
@@ -128,6 +133,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             enabled=values["syncguard"], mode=values["syncguard_mode"],
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
+            require_cuda=values["syncguard_require_cuda"],
             warmup=pick("syncguard_warmup", _warmup, None),
             child=config.getoption("syncguard_child", None),
         )

@@ -221,7 +221,7 @@ def test_fixture_forbid_allow_and_measurements(pytester, run):
         from syncguard.testing import fake_sync  # FAKE detector: plumbing only
 
         def test_part(syncguard, request):
-            fake_sync()  # outside forbid(): only the whole-test audit sees it (record mode)
+            fake_sync()  # outside the fixture's blocks: not this test's concern
             syncguard.record("peak_mb", 12.5)
             request.node.user_properties.append(("syncguard_measurements", {"steps": 3}))
             with syncguard.allow("readback"):
@@ -239,7 +239,48 @@ def test_fixture_forbid_allow_and_measurements(pytester, run):
     res.stdout.fnmatch_lines(["*TypeError: syncguard.record('obj', ...): object is not JSON serial*"])
     t = _tests(_doc(pytester))["test_part"]
     assert t["measurements"] == {"steps": 3, "peak_mb": 12.5}
-    assert (len(t["syncs"]), len(t["allowed"])) == (2, 1)
+    # the fixture's two blocks only: the allowed readback and the caught device sync
+    assert [e["kind"] for e in t["syncs"]] == ["device_sync"] and len(t["allowed"]) == 1
+
+
+FIXTURE_README = """
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def setup_that_may_sync():
+        fake_sync(op="aten::_local_scalar_dense")
+
+    def step(sync=False):
+        if sync:
+            fake_sync(op="aten::nonzero")
+
+    def test_part(syncguard):                  # the README's example
+        setup_that_may_sync()
+        with syncguard.forbid():
+            step()
+
+    def test_part_syncs(syncguard):
+        setup_that_may_sync()
+        with syncguard.forbid():
+            step(sync=True)
+
+    def test_whole(syncguard):                 # no block opened: the whole call phase counts
+        syncguard.record("n", 1)
+        setup_that_may_sync()
+"""
+
+
+def test_fixture_blocks_decide_under_syncguard_as_the_readme_says(pytester, run):
+    """README: under ``pytest --syncguard`` a test that opens forbid()/audit() through the fixture
+    is judged by those blocks only; a test that opens none is audited as a whole."""
+    pytester.makepyfile(test_m=FIXTURE_README)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1, failed=2)
+    t = _tests(_doc(pytester))
+    assert t["test_part"]["audit"] == "clean" and t["test_part"]["outcome"] == "passed"
+    assert t["test_part_syncs"]["outcome"] == "failed"
+    assert [e["lineno"] for e in t["test_part_syncs"]["syncs"]] == [_line(FIXTURE_README,
+                                                                          'op="aten::nonzero"')]
+    assert t["test_whole"]["audit"] == "syncs" and t["test_whole"]["outcome"] == "failed"
 
 
 # -- report ------------------------------------------------------------------------------------
