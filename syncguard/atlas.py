@@ -14,7 +14,6 @@ their content (no clock, no absolute paths), so a committed atlas can be checked
 from __future__ import annotations
 
 import argparse
-import glob
 import io
 import json
 import os
@@ -105,13 +104,10 @@ class Atlas:
 # Reading runs
 
 def load_run(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise SchemaError(f"{path}: cannot read ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{path}: not valid JSON: {e.msg} at line {e.lineno}") from None
+    """One corpus run, checked; SchemaError with a one-line reason otherwise."""
+    from .sessionfile import read_json
+
+    doc = read_json(path, "corpus run")
     if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
         raise SchemaError(f"{path}: not a corpus run (schema {RUN_SCHEMA!r}); "
                           "write one with tools/corpus_report.py")
@@ -316,59 +312,31 @@ def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line (registered as ``syncguard atlas``; also ``python -m syncguard.atlas``)
+# Command line: ``syncguard atlas`` (syncguard/cli.py registers these; ``python -m syncguard.atlas``
+# runs the same command)
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("runs", nargs="*", metavar="RUN",
+    parser.add_argument("runs", nargs="*", metavar="RUN", default=[DEFAULT_RUNS],
                         help=f"corpus run JSON files or glob patterns (default {DEFAULT_RUNS!r})")
     parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
     parser.add_argument("--output", metavar="FILE", help="write the rendered atlas here, atomically")
     return parser
 
 
-def _paths(patterns: list[str]) -> list[str]:
-    paths: list[str] = []
-    for pattern in patterns or [DEFAULT_RUNS]:
-        if glob.has_magic(pattern) and not os.path.exists(pattern):
-            matched = sorted(glob.glob(pattern))
-            if not matched:
-                raise SchemaError(f"no corpus runs matched {pattern!r}")
-            paths += matched
-        else:
-            paths.append(pattern)
-    return list(dict.fromkeys(paths))
+def command(args: argparse.Namespace, paths: list[str]) -> int:
+    """Read and check every run, then render and write; SchemaError/OSError go to the caller."""
+    from .sessionfile import write_atomic
 
-
-def run(args: argparse.Namespace) -> int:
-    from .report import write_atomic
-
-    try:
-        atlas = build((p, load_run(p)) for p in _paths(args.runs))
-    except SchemaError as e:
-        print(f"syncguard: error: {e}", file=sys.stderr)
-        return 2
+    atlas = build((p, load_run(p)) for p in paths)
     text = render(atlas, args.format, to_terminal=args.output is None)
     if args.output:
-        try:
-            write_atomic(args.output, text)
-        except OSError as e:
-            print(f"syncguard: error: {args.output}: cannot write ({e.strerror or e})",
-                  file=sys.stderr)
-            return 2
+        write_atomic(args.output, text)
     elif text is not None:
         sys.stdout.write(text)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = add_arguments(argparse.ArgumentParser(prog="syncguard atlas",
-                                                   description=__doc__.splitlines()[0]))
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 2
-    return run(args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import main
+
+    sys.exit(main(["atlas", *sys.argv[1:]]))

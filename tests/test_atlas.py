@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from syncguard import alternatives, atlas
+from syncguard import alternatives, atlas, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = sorted(ROOT.glob("reports/atlas-runs/corpus-run-*.json"))
@@ -34,7 +34,7 @@ def test_committed_atlas_regenerates_byte_for_byte():
 
 def test_cli_writes_the_same_atlas(tmp_path):
     out = tmp_path / "atlas.md"
-    assert atlas.main([*map(str, RUNS), "--format", "markdown", "--output", str(out)]) == 0
+    assert cli.main(["atlas", *map(str, RUNS), "--format", "markdown", "--output", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == (ROOT / "reports" / "atlas.md").read_text(encoding="utf-8")
 
 
@@ -113,7 +113,7 @@ def test_bad_runs_give_one_line_and_write_nothing(tmp_path, capsys, content, mes
     bad = tmp_path / "run.json"
     bad.write_text(content)
     out = tmp_path / "atlas.md"
-    assert atlas.main([str(bad), "--format", "markdown", "--output", str(out)]) == 2
+    assert cli.main(["atlas", str(bad), "--format", "markdown", "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()

@@ -363,7 +363,7 @@ def judge(case: dict, truth: dict, det: dict) -> dict:
 # The run.
 
 def provenance(started: float) -> dict:
-    from syncguard.report import environment
+    from syncguard.sessionfile import environment
 
     env = environment()
     commit = os.environ.get("SYNCGUARD_GIT_COMMIT")

@@ -1,0 +1,287 @@
+"""The session report file: the JSON one ``pytest --syncguard-report=PATH`` run writes, and reading it back.
+
+One document per run (torch version × device). Each test is one frozen :class:`TestEntry`, the
+same object the plugin builds, the summary prints and the matrix reads. Written atomically so an
+interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
+is wrong with an input.
+
+Document shape (``schema_version`` 1)::
+
+    {"schema_version": 1, "kind": "syncguard-session", "complete": true,
+     "created": "2026-11-29T16:00:00+00:00",
+     "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
+                     "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
+                     "device": "cuda" | "cpu", "python": "3.12.3", "platform": "...",
+                     "hostname": "...", "syncguard": "0.1.0"},
+     "options": {"mode": "fail", "detectors": ["debug", "trace"], "races": false},
+     "summary": {"tests": 10, "audited": 8, "clean": 6, "with_syncs": 1, "allowed": 1,
+                 "not_audited": 2},
+     "tests": [{"nodeid": "cases/test_merge.py::test_x[cpu_mask]", "outcome": "passed",
+                "audit": "clean" | "syncs" | "allowed" | "not_audited" | "off",
+                "reason": null, "syncs": [SyncEvent...], "allowed": [SyncEvent...],
+                "races": [RaceEvent...], "duration_s": 0.12, "examples": null | int,
+                "measurements": {} , "worker": null | "gw0", "device": null | "cuda:0"}]}
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .events import SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema, parse_json
+
+AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
+AUDITED_STATES = ("clean", "syncs", "allowed")
+
+
+@dataclass(frozen=True)
+class TestEntry:
+    """One test of a session: how it ended, what the audit saw, what it recorded.
+
+    ``audit``: "clean" | "syncs" | "allowed" (audited), "not_audited" (no CUDA), "off" (syncguard
+    did not audit it: no_syncguard, or it never reached its call phase).
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    nodeid: str
+    outcome: str
+    audit: str
+    reason: str | None = None
+    syncs: tuple[SyncEvent, ...] = ()
+    allowed: tuple[SyncEvent, ...] = ()
+    races: tuple[RaceEvent, ...] = ()
+    duration_s: float = 0.0
+    examples: int | None = None
+    measurements: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    worker: str | None = None
+    device: str | None = None
+
+    @property
+    def audited(self) -> bool:
+        return self.audit in AUDITED_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only: the dict crosses xdist's execnet and lands in the file."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("syncs", "allowed", "races"):
+                value = [e.to_dict() for e in value]
+            elif f.name == "measurements":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TestEntry":
+        """Strict: a report that cannot be read back is a bug worth seeing (SchemaError)."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodeid"), str):
+            raise SchemaError(f"malformed test entry {str(data)[:80]}")
+        if data.get("audit") not in AUDIT_STATES:
+            raise SchemaError(f"{data['nodeid']}: audit is {data.get('audit')!r}, not one of "
+                              f"{', '.join(AUDIT_STATES)}")
+        unknown = set(data) - set(TEST_FIELDS)
+        if unknown:
+            raise SchemaError(f"{data['nodeid']}: unknown fields {sorted(unknown)}")
+        try:
+            return cls(**{**data,
+                          "syncs": tuple(SyncEvent.from_dict(e) for e in data.get("syncs") or ()),
+                          "allowed": tuple(SyncEvent.from_dict(e) for e in data.get("allowed") or ()),
+                          "races": tuple(RaceEvent.from_dict(e) for e in data.get("races") or ()),
+                          "measurements": dict(data.get("measurements") or {})})
+        except TypeError as e:
+            raise SchemaError(f"{data['nodeid']}: malformed event ({e})") from None
+
+
+TEST_FIELDS = tuple(f.name for f in dataclasses.fields(TestEntry))
+
+
+def environment() -> dict[str, Any]:
+    """Where a run happened; never initialises CUDA when it is absent."""
+    from . import __version__
+
+    env: dict[str, Any] = {
+        "torch": None, "torch_git": None, "cuda_runtime": None, "driver": None, "gpu": None,
+        "gpu_count": 0, "device": "cpu", "python": platform.python_version(),
+        "platform": platform.platform(), "hostname": socket.gethostname(), "syncguard": __version__,
+    }
+    try:
+        import torch
+    except ImportError:
+        return env
+    env["torch"] = torch.__version__
+    env["torch_git"] = getattr(torch.version, "git_version", None)
+    env["cuda_runtime"] = torch.version.cuda
+    if torch.cuda.is_available():
+        env["device"] = "cuda"
+        env["gpu_count"] = torch.cuda.device_count()
+        env["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            env["driver"] = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+        except Exception:  # pragma: no cover - depends on the build
+            env["driver"] = None
+        if env["driver"] is None:
+            env["driver"] = _nvidia_smi_driver()
+    return env
+
+
+def _nvidia_smi_driver() -> str | None:
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "syncguard-session",
+        "complete": False,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "environment": env if env is not None else environment(),
+        "options": dict(options),
+        "summary": {},
+        "tests": [],
+    }
+
+
+def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
+    tests = list(tests)
+    counts = {"tests": len(tests), "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
+              "not_audited": 0}
+    for t in tests:
+        state = t.audit
+        if t.audited:
+            counts["audited"] += 1
+        counts["clean"] += state == "clean"
+        counts["with_syncs"] += state == "syncs"
+        counts["allowed"] += state == "allowed"
+        counts["not_audited"] += state == "not_audited"
+    return counts
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write via a temp file in the same folder and rename over the target."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def check_writable(path: Path) -> None:
+    """Raise OSError (one-line ``strerror``) now if ``path`` could not be written later.
+
+    Why up front: a session report that cannot be written is a usage error, better said before
+    an hour of tests than as a traceback after them. Creates the missing folders (the report goes
+    there anyway) and a probe file it removes at once; writes nothing else.
+    """
+    if path.is_dir():
+        raise IsADirectoryError(0, f"{path} is a folder, not a file")  # 0: no errno, only words
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(0, f"{parent} is a file, not a folder")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot create a file in {path.parent}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+class SessionFile:
+    """The report file of one pytest process that writes it (serial run or xdist controller)."""
+
+    def __init__(self, path: Path, options: dict[str, Any]):
+        check_writable(path)
+        self.path = path
+        self.doc = new_document(options)
+        self.last_write = 0.0
+
+    def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
+        tests = list(tests)
+        self.doc.update(complete=complete, summary=summarize(tests),
+                        tests=[t.to_dict() for t in tests])
+        write_atomic(self.path, json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
+        self.last_write = time.monotonic()
+
+    def write_now_and_then(self, tests: Iterable[TestEntry]) -> None:
+        """At most once a second: an interrupted run keeps what it has, as valid JSON."""
+        if time.monotonic() - self.last_write > 1.0:
+            self.write(tests, complete=False)
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """Text of ``path`` parsed as JSON; SchemaError with one line for every way that fails."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: {what} not found") from None
+    except OSError as e:
+        raise SchemaError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise SchemaError(f"{path}: not a JSON text file (byte {e.start} is not UTF-8)") from None
+    return parse_json(text, str(path))
+
+
+def load_document(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate one session report; raises SchemaError with a one-line reason.
+
+    ``doc["tests"]`` comes back as a list of :class:`TestEntry`.
+    """
+    path = Path(path)
+    doc = read_json(path, "session report")
+    try:
+        check_schema(doc, "session report")
+        if doc.get("kind") != "syncguard-session":
+            raise SchemaError(f"kind is {doc.get('kind')!r}, not 'syncguard-session'")
+        for key in ("environment", "tests"):
+            if key not in doc:
+                raise SchemaError(f"missing {key!r}")
+        if not isinstance(doc["tests"], list):
+            raise SchemaError("'tests' is not a list")
+        doc["tests"] = [TestEntry.from_dict(t) for t in doc["tests"]]
+    except SchemaError as e:
+        raise SchemaError(f"{path}: {e}") from None
+    return doc
+
+
+def run_label(doc: dict[str, Any]) -> str:
+    """The column a run gets in the matrix: torch version × device."""
+    env = doc.get("environment", {})
+    torch_v = env.get("torch") or "?"
+    dev = env.get("gpu") if env.get("device") == "cuda" else "cpu"
+    return f"torch {torch_v} · {dev or env.get('device') or '?'}"
+
+
