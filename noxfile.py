@@ -77,5 +77,5 @@ def report(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def atlas(session: nox.Session) -> None:
     """reports/atlas.md from the committed corpus runs (reports/atlas-runs/, tools/corpus_report.py)."""
-    session.run("python", "-m", "syncguard", "atlas", "reports/atlas-runs/corpus-run-*.json",
+    session.run("python", "-m", "syncguard", "atlas", "reports/atlas-runs/*.json",
                 "--format", "markdown", "--output", "reports/atlas.md", *session.posargs)

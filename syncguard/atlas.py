@@ -27,8 +27,9 @@ from .events import SchemaError
 from .matrix import parse_version
 
 RUN_SCHEMA, RUN_SCHEMA_VERSION = "syncguard-corpus-run", 2
+BENCH_KIND = "syncguard-merge-bench-split"  # bench/bench_merge.py --split
 ATLAS_SCHEMA_VERSION = 1
-DEFAULT_RUNS = "reports/atlas-runs/corpus-run-*.json"
+DEFAULT_RUNS = "reports/atlas-runs/*.json"
 COPY_KINDS = ("blocking_copy_d2h", "blocking_copy_h2d", "pageable_copy")
 CORPORA = ("corpus", "library", "cases")
 CHANGED = "◆"
@@ -94,10 +95,21 @@ class Row:
 
 
 @dataclass(frozen=True)
+class MergeRow:
+    """One merge variant at one size: per bench run, sync + device time × copy + host time."""
+
+    variant: str
+    size: str
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Atlas:
     columns: tuple[Column, ...]
     rows: tuple[Row, ...]
     transitions: tuple[str, ...]
+    bench_columns: tuple[str, ...] = ()  # "torch · GPU · file" of each merge benchmark run
+    merges: tuple[MergeRow, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,6 +120,11 @@ def load_run(path: str) -> dict[str, Any]:
     from .sessionfile import read_json
 
     doc = read_json(path, "corpus run")
+    if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
+        if doc.get("schema_version") != 1 or "results" not in doc or "environment" not in doc:
+            raise SchemaError(f"{path}: merge benchmark of an unknown shape (schema_version "
+                              f"{doc.get('schema_version')!r}; this syncguard reads 1)")
+        return doc
     if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
         raise SchemaError(f"{path}: not a corpus run (schema {RUN_SCHEMA!r}); "
                           "write one with tools/corpus_report.py")
@@ -193,9 +210,44 @@ def _alternative_status(alt: Alternative, by_id: dict[str, tuple[Cell, ...]],
     return "; ".join(parts) or "not measured yet"
 
 
+def _by_version(runs, env_key):
+    return sorted(runs, key=lambda r: (parse_version(r[1][env_key].get("torch")),
+                                       str(r[1][env_key].get("torch")), r[0]))
+
+
+def _merge_rows(benches, columns: tuple[Column, ...], rows: tuple[Row, ...]):
+    """The seed's question as data: per variant and size, sync (from the corpus run of the
+    same torch), device time × copy with its band, host µs per call, peak extra memory."""
+    sync = {(col.torch, r.id): c for r in rows for col, c in zip(columns, r.cells)}
+    keys: dict[tuple[str, str], None] = {}
+    for _, doc in benches:
+        for m in doc["results"]:
+            keys.setdefault((m["variant"], f"{m['tokens']}x{m['hidden']}"), None)
+    out = []
+    for variant, size in keys:
+        cells = []
+        for _, doc in benches:
+            m = next((m for m in doc["results"] if m["variant"] == variant
+                      and f"{m['tokens']}x{m['hidden']}" == size), None)
+            if m is None:
+                cells.append("–")
+                continue
+            s = sync.get((doc["environment"].get("torch"), f"cases/merge_{variant}"))
+            waits = "sync ?" if s is None or not s.measured or s.error else (
+                "sync-free" if s.waits == "clean" else s.waits)
+            x, h = m["device_x_copy"], m["host_us"]
+            cells.append(f"{waits} · {x['median']:.2f}× copy [{x['min']:.2f}–{x['max']:.2f}] · "
+                         f"host {h['median']:.0f} µs [{h['min']:.0f}–{h['max']:.0f}] · "
+                         f"+{m['peak_extra_bytes'] / 2**20:.0f} MiB")
+        out.append(MergeRow(variant, size, tuple(cells)))
+    out.sort(key=lambda r: (int(r.size.split("x")[0]) * int(r.size.split("x")[1]), r.variant))
+    return tuple(out)
+
+
 def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
-    runs = sorted(runs, key=lambda r: (parse_version(r[1]["provenance"].get("torch")),
-                                       str(r[1]["provenance"].get("torch")), r[0]))
+    runs = list(runs)
+    benches = _by_version([r for r in runs if r[1].get("kind") == BENCH_KIND], "environment")
+    runs = _by_version([r for r in runs if r[1].get("kind") != BENCH_KIND], "provenance")
     columns = tuple(_column(path, doc) for path, doc in runs)
     order: dict[str, dict[str, Any]] = {}
     for _, doc in runs:
@@ -216,7 +268,10 @@ def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
     said = [t for r in rows_t for t in _transitions(r, columns)]
     # transitions to or from sync-free first: those are the ones users ask about
     said.sort(key=lambda t: "sync-free" not in t)
-    return Atlas(columns, rows_t, tuple(said))
+    bench_columns = tuple(f"{d['environment'].get('torch')} · {d['environment'].get('gpu')} · "
+                          f"`{os.path.basename(p)}`" for p, d in benches)
+    return Atlas(columns, rows_t, tuple(said), bench_columns,
+                 _merge_rows(benches, columns, rows_t))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +311,16 @@ def render_markdown(atlas: Atlas) -> str:
                 alt = f"{r.alternative.instead} — {r.alternative_status}"
             out.append(f"| {_md(r.label)} | " + " | ".join(_md(c.text()) for c in r.cells) +
                        f" | {_md(alt)} |")
+    if atlas.merges:
+        out += ["", "## Merge variants: sync, device time, host time, memory", "",
+                "Device time: the merge's span on a stream kept busy ahead of it, × a plain copy "
+                "of the same bytes, [band of the round medians]; host: CPU µs per call; peak "
+                "extra device memory (`bench/bench_merge.py --split`). Sync: the corpus run of "
+                "the same torch.", "",
+                "| variant | size | " + " | ".join(_md(c) for c in atlas.bench_columns) + " |",
+                "|---|---|" + "---|" * len(atlas.bench_columns)]
+        for m in atlas.merges:
+            out.append(f"| {m.variant} | {m.size} | " + " | ".join(_md(c) for c in m.cells) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -271,6 +336,9 @@ def to_json(atlas: Atlas) -> dict[str, Any]:
                   "alternative": None if r.alternative is None else {
                       "instead": r.alternative.instead, "checked_by": r.alternative.checked_by,
                       "status": r.alternative_status}} for r in atlas.rows],
+        "merge_benchmarks": list(atlas.bench_columns),
+        "merges": [{"variant": m.variant, "size": m.size, "cells": list(m.cells)}
+                   for m in atlas.merges],
     }
 
 

@@ -17,7 +17,7 @@ import pytest
 from syncguard import alternatives, atlas, cli
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = sorted(ROOT.glob("reports/atlas-runs/corpus-run-*.json"))
+RUNS = sorted(ROOT.glob("reports/atlas-runs/*.json"))
 sys.path.insert(0, str(ROOT / "tools"))
 import corpus_report as cr  # noqa: E402
 
@@ -117,6 +117,24 @@ def test_bad_runs_give_one_line_and_write_nothing(tmp_path, capsys, content, mes
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_merge_benchmarks_join_the_corpus_run_of_the_same_torch():
+    bench = {"kind": "syncguard-merge-bench-split", "schema_version": 1,
+             "environment": {"torch": "2.8.0", "gpu": "G"},
+             "results": [{"variant": "index_put_cpu_mask", "tokens": 2048, "hidden": 2048,
+                          "device_x_copy": {"median": 5.5, "min": 5.25, "max": 6.0},
+                          "host_us": {"median": 40.2, "min": 38.0, "max": 55.9},
+                          "peak_extra_bytes": 3 * 2**20}]}
+    runs = [("c", _run("2.8.0", {"cases/merge_index_put_cpu_mask": [H2D]})),
+            ("merge-split-2.8.0.json", bench)]
+    built = atlas.build(runs)
+    assert built.bench_columns == ("2.8.0 · G · `merge-split-2.8.0.json`",)
+    (row,) = built.merges
+    assert (row.variant, row.size) == ("index_put_cpu_mask", "2048x2048")
+    assert row.cells == ("blocking_copy_h2d[h2d/pageable] · 5.50× copy [5.25–6.00] · "
+                         "host 40 µs [38–56] · +3 MiB",)
+    assert "| index_put_cpu_mask | 2048x2048 | blocking_copy_h2d" in atlas.render_markdown(built)
 
 
 # ---------------------------------------------------------------------------------------------
