@@ -253,3 +253,31 @@ def test_runner_without_cuda_says_so_and_exits_0(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("corpus_report: no CUDA")
     assert list(tmp_path.iterdir()) == []
+
+
+def _fake_snippet(s):
+    from syncguard.testing import fake_sync
+
+    fake_sync("blocking_copy_d2h", api="cudaMemcpyAsync")  # FAKE-CALL
+
+
+def test_detector_events_travel_through_the_public_api(monkeypatch):
+    """The fake detector (plumbing, no GPU): a real SyncEvent from syncguard.audit() is recorded
+    with its line, thread and kind, and judged against a ground truth written here."""
+    import torch
+
+    from syncguard.testing import marked_line
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    line = marked_line(__file__, "FAKE-CALL")
+    case = {"corpus": "library", "setup": None, "context": None, "fn": _fake_snippet,
+            "file": os.path.relpath(__file__, ROOT), "line": line}
+    det = cr.measure_detectors(case, None, "fake")
+    assert det["ran"] == ["fake"]
+    (e,) = det["syncs"]
+    assert (e["kind"], e["api"], e["file"], e["lineno"]) == (
+        "blocking_copy_d2h", "cudaMemcpyAsync", case["file"], line)
+    truth = {"syncs": True, "waits": [{"kind": "blocking_copy_d2h", "direction": "d2h",
+                                       "memory": "pageable"}]}
+    assert cr.judge(case, truth, det) == {"syncs": True, "other_threads": 0, "kind": True,
+                                          "kind_memory": False, "lines_ok": 1, "lines": 1}

@@ -383,6 +383,20 @@ def sparse_bmm(s):
     __import__("torch").bmm(s.sparse3, s.dense3)  # CALL
 
 
+@snippet("cpp_syncs", source="aten/src/ATen/native/cuda/TensorModeKernel.cu (apply_mode, slices "
+                          "over 2048: thrust::inner_product and a device_reference read return "
+                          "values to the host; cudaMemcpyAsync H2D from a stack variable)")
+def torch_mode_long_slice(s):
+    """torch.mode over 4096 elements: thrust on the host path, not c10"""
+    __import__("torch").mode(s.x)  # CALL
+
+
+@snippet("cpp_syncs")
+def torch_mode_short_slice(s):
+    """torch.mode over 8 elements: the fused kernel"""
+    __import__("torch").mode(s.small)  # CALL
+
+
 # --- nn.utils.rnn ----------------------------------------------------------------------------
 @snippet("rnn")
 def pack_padded_sequence_unsorted(s):
