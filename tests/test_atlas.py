@@ -281,3 +281,15 @@ def test_detector_events_travel_through_the_public_api(monkeypatch):
                                        "memory": "pageable"}]}
     assert cr.judge(case, truth, det) == {"syncs": True, "other_threads": 0, "kind": True,
                                           "kind_memory": False, "lines_ok": 1, "lines": 1}
+
+
+def test_trace_reading_falls_back_to_the_ops_own_copy_records():
+    """No correlation id match: the op's memcpy records are taken in launch order."""
+    marker = _ev(cr.MARKER, 0, 100)
+    op = _ev("aten::_local_scalar_dense", 1, 50, marker)
+    op.kernels = [types.SimpleNamespace(name="Memcpy DtoH (Device -> Pageable)")]
+    events = [marker, op, _ev("cudaMemcpyAsync", 2, 3, op, cid=21),
+              _ev("cudaStreamSynchronize", 4, 9, op, cid=22)]
+    (w,) = cr.read_trace(events)["waits"]
+    assert (w["kind"], w["memory"], w["api"]) == (
+        "blocking_copy_d2h", "pageable", "cudaMemcpyAsync+cudaStreamSynchronize")

@@ -1,6 +1,7 @@
 """Run both snippet corpora against ground truth measured in the same process; write the evidence.
 
     python tools/corpus_report.py --out DIR          # on a GPU: DIR/corpus-run-<torch>.{json,md}
+    python tools/corpus_report.py --out DIR --with-merge-bench   # + DIR/merge-split-<torch>.json
     python tools/corpus_report.py --convert OLD.json --out DIR   # schema-1 corpus run -> schema 2
 
 What runs, per snippet of tests/gpu/corpus.py, tests/gpu/library_corpus.py (LIBRARY) and its
@@ -119,13 +120,15 @@ def _copy_facts(name: str) -> tuple[str | None, str | None]:
     return direction, memory
 
 
-def _ops(e, marker) -> list[str]:
+def _ops(e, marker) -> list:
+    """The op events (``aten::…``) around a runtime call, outermost first; Python-call and
+    annotation events in between are skipped."""
     chain, p = [], e.cpu_parent
     while p is not None and p is not marker:
-        if "::" in p.name and not p.name.startswith("corpus_report"):
-            chain.append(p.name)
+        if "::" in p.name:
+            chain.append(p)
         p = p.cpu_parent
-    return chain[::-1]  # outermost first
+    return chain[::-1]
 
 
 def _inside(e, marker) -> bool:
@@ -155,12 +158,13 @@ def read_trace(events) -> dict:
     waits, pending, nth = [], {}, Counter()
     for e in runtime:
         api, ops = e.name, _ops(e, marker)
-        op = ops[-1] if ops else None
-        key = id(e.cpu_parent) if ops else None
+        op = ops[-1].name if ops else None
+        key = id(ops[-1]) if ops else None  # the innermost op: a copy and its sync share it
         if api.startswith("cudaMemcpy"):
             record = device_copies.get(e.id)
             if record is None:  # no correlation match: the op's own memcpy records, in order
-                mine = [k.name for k in getattr(e.cpu_parent, "kernels", ()) if "Memcpy" in k.name]
+                mine = [k.name for k in getattr(ops[-1] if ops else None, "kernels", ())
+                        if "Memcpy" in k.name]
                 record = mine[nth[key]] if key is not None and nth[key] < len(mine) else ""
             nth[key] += 1
             direction, memory = _copy_facts(record)
@@ -602,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder")
     ap.add_argument("--convert", metavar="OLD_JSON", nargs="+",
                     help="no GPU: rewrite schema-1 corpus runs in this schema into --out")
+    ap.add_argument("--with-merge-bench", action="store_true",
+                    help="then run bench/bench_merge.py --split in its own process, into --out "
+                         "as merge-split-<torch>.json (the atlas's merge table)")
     a = ap.parse_args(argv)
     if a.convert:
         for path in a.convert:
@@ -624,6 +631,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in write(doc, a.out):
         print(path)
     print(markdown(doc).split("\n\n| snippet")[0])
+    if a.with_merge_bench:  # a fresh process: no profiler or CUPTI state carried into timings
+        ver = torch.__version__.split("+")[0]
+        bench = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_merge.py"),
+                                "--split", "--out", os.path.join(a.out, f"merge-split-{ver}.json")])
+        print(f"bench_merge --split: exit {bench.returncode}")
+        return bench.returncode
     return 0
 
 
