@@ -293,3 +293,14 @@ def test_trace_reading_falls_back_to_the_ops_own_copy_records():
     (w,) = cr.read_trace(events)["waits"]
     assert (w["kind"], w["memory"], w["api"]) == (
         "blocking_copy_d2h", "pageable", "cudaMemcpyAsync+cudaStreamSynchronize")
+
+
+def test_one_failing_snippet_does_not_stop_a_pass(capsys):
+    def fn(c):
+        if c["id"] == "b":
+            raise ValueError("bad\nsecond line")
+        return {"ok": c["id"]}
+
+    got = cr.each("pass", [{"id": "a"}, {"id": "b"}, {"id": "c"}], fn)
+    assert got == {"a": {"ok": "a"}, "b": {"error": "ValueError: bad"}, "c": {"ok": "c"}}
+    assert capsys.readouterr().out.startswith("pass: 3 snippets, 1 failed")

@@ -389,7 +389,20 @@ def provenance(started: float) -> dict:
             "duration_s": round(time.time() - started, 1)}
 
 
-def run(out_dir: str) -> dict:
+def each(title: str, todo: list[dict], fn) -> dict:
+    """``fn`` on every snippet; one that raises is recorded as ``{"error": ...}``, never fatal."""
+    t0, out = time.time(), {}
+    for c in todo:
+        try:
+            out[c["id"]] = fn(c)
+        except Exception as e:  # noqa: BLE001 - one failing snippet must not abort the run
+            out[c["id"]] = {"error": _error(e)}
+    failed = sum(1 for v in out.values() if isinstance(v, dict) and "error" in v)
+    print(f"{title}: {len(todo)} snippets, {failed} failed, {time.time() - t0:.1f} s", flush=True)
+    return out
+
+
+def run() -> dict:
     import torch
 
     started = time.time()
@@ -400,32 +413,33 @@ def run(out_dir: str) -> dict:
                       "source": c["source"],
                       "error": None, "truth": None, "detectors": {}, "agreement": {}}
             for c in todo}
-    for c in todo:  # 1. warm-up
-        try:
+    def warm(c):
+        for _ in range(2):
             invoke(c, made[c["corpus"]], contextlib.nullcontext())
-            invoke(c, made[c["corpus"]], contextlib.nullcontext())
-        except Exception as e:  # noqa: BLE001
-            rows[c["id"]]["error"] = f"warm-up: {_error(e)}"
+
+    for cid, got in each("1. warm-up", todo, warm).items():
+        if got and "error" in got:
+            rows[cid]["error"] = f"warm-up: {got['error']}"
     live = [c for c in todo if rows[c["id"]]["error"] is None]
     torch.cuda.synchronize()
     sets = detector_sets()
     noise = Noise()
     noise.thread.start()
+
+    def default(c):
+        with noise.paused(c["capture"]):
+            return measure_detectors(c, made[c["corpus"]], None)
+
     try:
-        for c in live:  # 2. the default detectors, with another thread syncing
-            with noise.paused(c["capture"]):
-                try:
-                    rows[c["id"]]["detectors"]["default"] = measure_detectors(c, made[c["corpus"]], None)
-                except Exception as e:  # noqa: BLE001
-                    rows[c["id"]]["detectors"]["default"] = {"error": _error(e)}
+        for cid, got in each("2. default detectors, a helper thread syncing", live, default).items():
+            rows[cid]["detectors"]["default"] = got
     finally:
         noise.stop.set()
         noise.thread.join(5)
-    for c in live:  # 3. ground truth
-        try:
-            rows[c["id"]]["truth"] = measure_truth(c, made[c["corpus"]])
-        except Exception as e:  # noqa: BLE001
-            rows[c["id"]]["truth"] = {"ok": False, "why": _error(e), "waits": [], "syncs": None}
+    for cid, got in each("3. ground truth", live,
+                         lambda c: measure_truth(c, made[c["corpus"]])).items():
+        rows[cid]["truth"] = got if "error" not in got else {
+            "ok": False, "why": got["error"], "waits": [], "syncs": None}
     truths = [rows[c["id"]]["truth"] for c in live]
     if truths and not any(t.get("calls") for t in truths):
         # not one CUDA runtime call in any snippet: the profiler saw nothing (CUPTI held by
@@ -434,13 +448,10 @@ def run(out_dir: str) -> dict:
             t.update(ok=False, syncs=None, why="the profiler recorded no CUDA runtime call in "
                                                "any snippet (CUPTI unavailable to it?)")
     for name, dets in sets.items():  # 4. the profile-inclusive set
-        if dets is None:
-            continue
-        for c in live:
-            try:
-                rows[c["id"]]["detectors"][name] = measure_detectors(c, made[c["corpus"]], dets)
-            except Exception as e:  # noqa: BLE001
-                rows[c["id"]]["detectors"][name] = {"error": _error(e)}
+        if dets is not None:
+            for cid, got in each(f"4. detectors={dets}", live,
+                                 lambda c: measure_detectors(c, made[c["corpus"]], dets)).items():
+                rows[cid]["detectors"][name] = got
     for c in todo:
         row = rows[c["id"]]
         truth = row["truth"]
@@ -624,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corpus_report: no CUDA (torch {torch.__version__}); nothing measured, nothing written")
         return 0
     try:
-        doc = run(a.out)
+        doc = run()
     except Exception:  # the run itself broke (not one snippet): say so, write nothing half-done
         traceback.print_exc()
         return 1
