@@ -303,7 +303,8 @@ def render_markdown(atlas: Atlas) -> str:
         if not rows:
             continue
         out += ["", f"## {corpus} ({len(rows)} patterns)", "",
-                "| pattern | " + " | ".join(c.label for c in cols) + " | sync-free alternative |",
+                "| pattern | " + " | ".join(f"{c.label}<br>{_md(str(c.gpu))} · {c.driver}"
+                                            for c in cols) + " | sync-free alternative |",
                 "|---|" + "---|" * len(cols) + "---|"]
         for r in rows:
             alt = ""
