@@ -20,6 +20,13 @@ Step 2 runs for every snippet before any profiler starts: a CUPTI subscriber can
 the profiler has run in a process. One failing snippet is recorded and the run goes on. The
 ground truth is this file's own reading of the trace, never syncguard's classification.
 Without CUDA it prints one "no CUDA" line and exits 0.
+
+The JSON (``schema`` "syncguard-corpus-run", ``schema_version`` 2; ``syncguard atlas`` reads it):
+``provenance`` (torch, CUDA, GPU, driver, git commit, a digest of the sources, when, how long),
+``detector_sets``, ``noise_syncs``, ``summary`` (agreement counts per detector set) and
+``snippets``: per snippet its id, file and line, ``error``, ``truth`` (``ok``, ``syncs``,
+``waits``: api/kind/direction/memory/op, ``calls``: runtime calls by name, ``debug_flags``),
+``detectors`` (per set: ``ran``, ``why``, ``syncs``, ``allowed``, ``notes``) and ``agreement``.
 """
 from __future__ import annotations
 
@@ -274,7 +281,7 @@ def _event_dict(e) -> dict:
     out["memory"] = _memory_of(e)
     out.update({k: v for k, v in d.items() if k not in out and k not in ("filename",
                                                                          "host_blocked_us",
-                                                                         "ops", "reason")})
+                                                                         "reason")})
     return out
 
 
