@@ -196,46 +196,27 @@ def _step_setup(s):
     s.grads()
 
 
-@snippet("optimizers", setup=_step_setup)
-def adam_foreach_step(s):
-    """torch.optim.Adam(foreach=True).step()"""
-    s.opts["adam_foreach"].step()  # CALL
+_OPTIMIZERS = {
+    "adam_foreach": "torch.optim.Adam(foreach=True).step()",
+    "adam_fused": "torch.optim.Adam(fused=True).step()",
+    "adam_capturable": "torch.optim.Adam(capturable=True).step(): step counts on the device",
+    "adam_single_tensor": "torch.optim.Adam(foreach=False).step()",
+    "adamw_foreach": "torch.optim.AdamW(foreach=True).step()",
+    "adamw_fused": "torch.optim.AdamW(fused=True).step()",
+    "sgd_momentum": "torch.optim.SGD(momentum=0.9, foreach=True).step()",
+}
 
 
-@snippet("optimizers", setup=_step_setup)
-def adam_fused_step(s):
-    """torch.optim.Adam(fused=True).step()"""
-    s.opts["adam_fused"].step()  # CALL
+def _optimizer_snippet(key: str, doc: str) -> None:
+    def fn(s):
+        s.opts[key].step()  # CALL
+
+    fn.__name__ = f"{key}_step"
+    LIBRARY.append(LibrarySnippet(fn.__name__, fn, "optimizers", setup=_step_setup, doc=doc))
 
 
-@snippet("optimizers", setup=_step_setup)
-def adam_capturable_step(s):
-    """torch.optim.Adam(capturable=True).step(): step counts live on the device"""
-    s.opts["adam_capturable"].step()  # CALL
-
-
-@snippet("optimizers", setup=_step_setup)
-def adam_single_tensor_step(s):
-    """torch.optim.Adam(foreach=False).step()"""
-    s.opts["adam_single_tensor"].step()  # CALL
-
-
-@snippet("optimizers", setup=_step_setup)
-def adamw_foreach_step(s):
-    """torch.optim.AdamW(foreach=True).step()"""
-    s.opts["adamw_foreach"].step()  # CALL
-
-
-@snippet("optimizers", setup=_step_setup)
-def adamw_fused_step(s):
-    """torch.optim.AdamW(fused=True).step()"""
-    s.opts["adamw_fused"].step()  # CALL
-
-
-@snippet("optimizers", setup=_step_setup)
-def sgd_momentum_step(s):
-    """torch.optim.SGD(momentum=0.9, foreach=True).step()"""
-    s.opts["sgd_momentum"].step()  # CALL
+for _key, _doc in _OPTIMIZERS.items():
+    _optimizer_snippet(_key, _doc)
 
 
 # --- AMP GradScaler --------------------------------------------------------------------------
