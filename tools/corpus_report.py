@@ -504,8 +504,9 @@ def _pct(n: int, d: int) -> str:
 def markdown(doc: dict) -> str:
     p, s = doc["provenance"], doc["summary"]
     md = [f"# Corpus run: torch {p['torch']} on {p.get('gpu')} (driver {p.get('driver')})", "",
-          f"Commit `{p.get('git_commit')}`, sources `{p.get('source_sha256')}`, CUDA "
-          f"{p.get('cuda_runtime')}, {p.get('created')}, {p.get('duration_s')} s. "
+          f"Commit `{p.get('git_commit') or '–'}`, sources `{p.get('source_sha256') or '–'}`, "
+          f"CUDA {p.get('cuda_runtime')}, run {p.get('created') or '–'} "
+          f"({p.get('duration_s') or '–'} s). "
           f"Ground truth: {p.get('truth_source') or TRUTH}. "
           f"{s['snippets']} snippets, {s['failed']} failed to run, {s['truth_syncs']} sync.", "",
           "| detectors (ran) | whether it syncs | exact kind (direction; pageable copy) | "
@@ -519,8 +520,10 @@ def markdown(doc: dict) -> str:
                   f"{_pct(f['kind_agree'], f['kind_judged'])} | "
                   f"{_pct(f['kind_memory_agree'], f['kind_judged'])} | "
                   f"{_pct(f['events_on_line'], f['events'])} | {f['other_threads']} |")
-    md += ["", f"Targets (default): 100% / ≥98% / – / 100% / 0. The helper thread synced "
-               f"{doc.get('noise_syncs')} times during the default pass.", "",
+    noise = doc.get("noise_syncs")
+    md += ["", "Targets (default): 100% / ≥98% / – / 100% / 0. " + (
+               f"A helper thread synced {noise} times during the default pass." if noise is not None
+               else "No helper thread ran (converted run)."), "",
            "| snippet | ground truth (kind[direction/memory]) | API · aten op | " +
            " | ".join(doc["detector_sets"]) + " | verdict |",
            "|---|---|---|" + "---|" * len(doc["detector_sets"]) + "---|"]
