@@ -49,6 +49,18 @@ class ItemState:
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
 
+    def observe(self, rep: pytest.TestReport) -> None:
+        """Fold one phase's report into the test's outcome (the worst phase wins)."""
+        if rep.when == "call":
+            self.duration = rep.duration
+        if hasattr(rep, "wasxfail"):
+            self.outcome = "xfailed" if rep.skipped else "xpassed"
+        elif rep.failed:
+            if self.outcome not in ("failed", "error"):
+                self.outcome = "failed" if rep.when == "call" else "error"
+        elif rep.skipped and self.outcome == "passed":
+            self.outcome = "skipped"
+
 
 def merged(reports: list[RegionReport]) -> RegionReport:
     """The regions a test opened through the ``syncguard`` fixture, as one report."""
@@ -250,15 +262,7 @@ class SyncguardSession:
         state = item.stash.get(STATE, None)
         if state is None:
             return rep
-        if rep.when == "call":
-            state.duration = rep.duration
-        if hasattr(rep, "wasxfail"):
-            state.outcome = "xfailed" if rep.skipped else "xpassed"
-        elif rep.failed:
-            if state.outcome not in ("failed", "error"):
-                state.outcome = "failed" if rep.when == "call" else "error"
-        elif rep.skipped and state.outcome == "passed":
-            state.outcome = "skipped"
+        state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
             if state.report is not None and not state.report.clean:
                 rep.sections.append(("syncguard", failure_table(state.report)))
