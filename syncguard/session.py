@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import devices, isolate, warmup
+from . import devices, isolate, phases, warmup
 from .events import RegionReport, format_report
 from .examples import final_report, wrap_examples
 from .explain import failure_table, summary_lines
@@ -235,7 +235,8 @@ class SyncguardSession:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
         if state.own_regions:
-            state.report = rep = merged(state.own_regions)
+            rep = merged(state.own_regions)
+        state.report = rep = phases.judged(rep, plan.fail_on_phase)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:
