@@ -111,6 +111,16 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEn
         device=device)
 
 
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+    for item in rep.result:
+        if isinstance(item, pytest.Item):
+            try:
+                plan_for(item, settings)
+            except pytest.UsageError as e:
+                rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
+                return
+
+
 class SyncguardSession:
     """One per pytest process; its ``pytest_*`` methods are registered as hooks."""
 
@@ -156,13 +166,7 @@ class SyncguardSession:
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            for item in rep.result:
-                if isinstance(item, pytest.Item):
-                    try:
-                        plan_for(item, self.settings)
-                    except pytest.UsageError as e:
-                        rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
-                        break
+            _fail_on_bad_markers(rep, self.settings)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
