@@ -60,3 +60,14 @@ def test_summary_lists_not_failing_phase_sites_with_line_and_hint():
     assert lines[i].startswith("1 sync site(s)")
     assert lines[i + 1].split()[:3] == ["2x", "model.py:7", "[compile]"]
     assert lines[i + 1].endswith(f"hint: {HINTS['compile']}")
+
+
+def test_matrix_names_the_phase_of_a_sync():
+    from syncguard import matrix as mx
+
+    run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
+    moved = judged(RegionReport(syncs=[ev("compile", 7)]), ()).allowed
+    cell = mx.make_cell(TestEntry("t::a", "passed", "allowed", allowed=tuple(moved)), run)
+    assert cell.allowed == ("cudaStreamSynchronize via aten::nonzero while compile at model.py:7",)
+    assert mx.make_cell(TestEntry("t::b", "failed", "syncs", syncs=(ev("run", 3),)), run).syncs == (
+        "cudaStreamSynchronize via aten::nonzero at model.py:3",)
