@@ -387,8 +387,11 @@ def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="*", metavar="RUN", default=[DEFAULT_RUNS],
                         help=f"corpus run JSON files or glob patterns (default {DEFAULT_RUNS!r})")
-    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
-    parser.add_argument("--output", metavar="FILE", help="write the rendered atlas here, atomically")
+    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                        help="table: for a terminal; markdown: for a README or a CI job summary; "
+                             "json: for tools (default: table)")
+    parser.add_argument("--output", metavar="FILE",
+                        help="write the rendered atlas here, atomically (default: standard output)")
     return parser
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import devices, isolate, warmup
+from . import devices, isolate, phases, warmup
 from .events import RegionReport, format_report
 from .examples import final_report, wrap_examples
 from .explain import failure_table, summary_lines
@@ -48,6 +48,18 @@ class ItemState:
     poisoned: str | None = None
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
+
+    def observe(self, rep: pytest.TestReport) -> None:
+        """Fold one phase's report into the test's outcome (the worst phase wins)."""
+        if rep.when == "call":
+            self.duration = rep.duration
+        if hasattr(rep, "wasxfail"):
+            self.outcome = "xfailed" if rep.skipped else "xpassed"
+        elif rep.failed:
+            if self.outcome not in ("failed", "error"):
+                self.outcome = "failed" if rep.when == "call" else "error"
+        elif rep.skipped and self.outcome == "passed":
+            self.outcome = "skipped"
 
 
 def merged(reports: list[RegionReport]) -> RegionReport:
@@ -99,6 +111,16 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEn
         device=device)
 
 
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+    for item in rep.result:
+        if isinstance(item, pytest.Item):
+            try:
+                plan_for(item, settings)
+            except pytest.UsageError as e:
+                rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
+                return
+
+
 class SyncguardSession:
     """One per pytest process; its ``pytest_*`` methods are registered as hooks."""
 
@@ -144,13 +166,7 @@ class SyncguardSession:
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            for item in rep.result:
-                if isinstance(item, pytest.Item):
-                    try:
-                        plan_for(item, self.settings)
-                    except pytest.UsageError as e:
-                        rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
-                        break
+            _fail_on_bad_markers(rep, self.settings)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -223,7 +239,8 @@ class SyncguardSession:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
         if state.own_regions:
-            state.report = rep = merged(state.own_regions)
+            rep = merged(state.own_regions)
+        state.report = rep = phases.judged(rep, plan.fail_on_phase)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:
@@ -250,15 +267,7 @@ class SyncguardSession:
         state = item.stash.get(STATE, None)
         if state is None:
             return rep
-        if rep.when == "call":
-            state.duration = rep.duration
-        if hasattr(rep, "wasxfail"):
-            state.outcome = "xfailed" if rep.skipped else "xpassed"
-        elif rep.failed:
-            if state.outcome not in ("failed", "error"):
-                state.outcome = "failed" if rep.when == "call" else "error"
-        elif rep.skipped and state.outcome == "passed":
-            state.outcome = "skipped"
+        state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
             if state.report is not None and not state.report.clean:
                 rep.sections.append(("syncguard", failure_table(state.report)))
