@@ -1,0 +1,496 @@
+"""The ``cuda`` detector: CUPTI callbacks on the CUDA runtime and driver sync and copy APIs.
+
+It sees every host wait the process makes through CUDA, whoever issues it (torch's Python API,
+ATen's C++, a third-party extension), at the cost of one Python call per sync or copy API call
+and none per kernel launch: only the callback ids of those APIs are enabled, never a whole domain.
+
+* Subscribed only while a region is open: a process-global hub, reference-counted across nested
+  regions and threads, unsubscribes when the last one exits; nothing stays installed.
+* A runtime call and the driver calls under it are one event: a per-thread depth from
+  ``API_ENTER``/``API_EXIT`` keeps only the outermost call (driver calls made directly, by an
+  extension, are outermost themselves).
+* Copy direction comes from the call's own parameters (``cudaMemcpyAsync_v3020_params``);
+  pageable or pinned host memory from CUPTI's MEMCPY activity records (``srcKind``/``dstKind``),
+  matched by correlation id and flushed when a region exits. The callback never calls CUDA: a
+  CUDA call there hung the process (NOTES), and during stream capture most are illegal.
+* The thread, the user's line and the phase come from the callback's own thread (it runs on the
+  syncing thread, before the call); region routing uses the same contextvars as every detector, so
+  a call on a thread with no region costs one contextvar read.
+* CUPTI allows one subscriber per process. If a ``torch.profiler`` starts while a region holds
+  CUPTI, the hub hands CUPTI over (unsubscribes before the profiler initialises), keeps watching
+  with sync-debug mode for the rest of the region, and says so in each open region's notes. If
+  the profiler subscribed first, ``arm`` raises DetectorUnavailable and the region falls back.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .. import routing
+from ..attribution import current_phase, user_site
+from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
+                      PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
+from . import DetectorUnavailable
+from . import cupti as C
+
+SYNC, COPY, FREE = "sync", "copy", "free"
+
+# canonical API name (version suffixes dropped) -> (role, kind or direction, is_async, params)
+_P, _P2 = C.MemcpyAsyncParams, C.Memcpy2DParams
+RUNTIME_APIS = {
+    "cudaStreamSynchronize": (SYNC, STREAM_SYNC, False, C.StreamParams),
+    "cudaStreamSynchronize_ptsz": (SYNC, STREAM_SYNC, False, C.StreamParams),
+    "cudaDeviceSynchronize": (SYNC, DEVICE_SYNC, False, None),
+    "cudaThreadSynchronize": (SYNC, DEVICE_SYNC, False, None),
+    "cudaEventSynchronize": (SYNC, EVENT_SYNC, False, None),
+    "cudaFree": (FREE, IMPLICIT_FREE, False, None),
+    "cudaMemcpy": (COPY, None, False, _P), "cudaMemcpy_ptds": (COPY, None, False, _P),
+    "cudaMemcpy2D": (COPY, None, False, _P2), "cudaMemcpy2D_ptds": (COPY, None, False, _P2),
+    "cudaMemcpyAsync": (COPY, None, True, _P), "cudaMemcpyAsync_ptsz": (COPY, None, True, _P),
+    "cudaMemcpy2DAsync": (COPY, None, True, _P2), "cudaMemcpy2DAsync_ptsz": (COPY, None, True, _P2),
+}
+DRIVER_APIS = {
+    "cuStreamSynchronize": (SYNC, STREAM_SYNC, False, C.StreamParams),
+    "cuStreamSynchronize_ptsz": (SYNC, STREAM_SYNC, False, C.StreamParams),
+    "cuCtxSynchronize": (SYNC, DEVICE_SYNC, False, None),
+    "cuEventSynchronize": (SYNC, EVENT_SYNC, False, None),
+    "cuMemFree": (FREE, IMPLICIT_FREE, False, None),
+    "cuMemcpyHtoD": (COPY, "h2d", False, None), "cuMemcpyHtoD_ptds": (COPY, "h2d", False, None),
+    "cuMemcpyDtoH": (COPY, "d2h", False, None), "cuMemcpyDtoH_ptds": (COPY, "d2h", False, None),
+    "cuMemcpy": (COPY, None, False, None), "cuMemcpy_ptds": (COPY, None, False, None),
+    "cuMemcpy2D": (COPY, None, False, None), "cuMemcpy2DUnaligned": (COPY, None, False, None),
+    "cuMemcpyHtoDAsync": (COPY, "h2d", True, None), "cuMemcpyHtoDAsync_ptsz": (COPY, "h2d", True, None),
+    "cuMemcpyDtoHAsync": (COPY, "d2h", True, None), "cuMemcpyDtoHAsync_ptsz": (COPY, "d2h", True, None),
+    "cuMemcpyAsync": (COPY, None, True, None), "cuMemcpyAsync_ptsz": (COPY, None, True, None),
+    "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
+}
+_VERSION = re.compile(r"_v\d+")
+
+
+def canonical(name: str) -> str:
+    """``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync_ptsz``; ``cuMemcpyHtoD_v2`` -> ``cuMemcpyHtoD``."""
+    return _VERSION.sub("", name)
+
+
+@dataclass
+class CopyDetail:
+    """What the callback read from the call's parameters (mutable until the call returns)."""
+
+    role: str
+    direction: str | None = None  # h2d, d2h, d2d, h2h, or None when the call does not say
+    is_async: bool = False
+    stream: int | None = None
+    nbytes: int | None = None
+    correlation: list = field(default_factory=list)  # this call's and the driver calls' under it
+
+
+class _Call:
+    __slots__ = ("api", "role", "kind", "detail", "site", "phase", "thread", "t0")
+
+
+def _read_params(spec, params_ptr, detail: CopyDetail) -> None:
+    if not params_ptr:
+        return
+    if spec is C.StreamParams:
+        detail.stream = C.StreamParams.from_address(params_ptr).stream or 0
+    elif spec in (_P, _P2):
+        p = spec.from_address(params_ptr)
+        detail.direction = detail.direction or C.CUDA_MEMCPY_KIND.get(p.kind)
+        if detail.direction == "default":
+            detail.direction = None  # cudaMemcpyDefault: the activity record's copyKind says
+        detail.stream = p.stream or 0
+        detail.nbytes = p.count if spec is _P else p.width * p.height
+
+
+class CuptiHub:
+    """The process's CUPTI subscription, held while any cuda region is open."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
+        self.generation = 0
+        self.lib: C.Cupti | None = None
+        self.handle = ctypes.c_void_p()
+        self.subscribed = False
+        self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
+        self.records: dict[int, tuple[int, int, int]] = {}  # correlation id -> copy, src, dst kinds
+        self.regions: list = []
+        self.yielded: str | None = None  # why CUPTI was handed to a profiler mid-region
+        self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
+        self._saved_profiler: list = []
+        self._buffers: dict[int, object] = {}
+        self._tls = threading.local()
+        self._cb = C.CALLBACK(self._callback)
+        self._req = C.BUFFER_REQUESTED(self._buffer_requested)
+        self._done = C.BUFFER_COMPLETED(self._buffer_completed)
+        self._activity_registered = False
+
+    # -- availability and the callback table ----------------------------------------------------
+    def unavailable(self) -> str | None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return "torch is not imported"
+        if not getattr(torch.version, "cuda", None):
+            return f"torch {torch.__version__} is not a CUDA build"
+        try:
+            self._load()
+        except C.CuptiError as e:
+            return str(e)
+        if not self.table:
+            return f"{self.lib.path}: no sync or copy callback id resolved"
+        return None
+
+    def _load(self) -> None:
+        if self.lib is not None:
+            return
+        lib = C.load()
+        table = {}
+        for domain, apis in ((C.DOMAIN_RUNTIME, RUNTIME_APIS), (C.DOMAIN_DRIVER, DRIVER_APIS)):
+            names = {}
+            for cbid in range(1, 2000):
+                name = lib.callback_name(domain, cbid)
+                if name is None:
+                    if cbid > 1200:
+                        break
+                    continue
+                names.setdefault(canonical(name), (cbid, name))
+            for api, spec in apis.items():
+                if api in names:
+                    cbid, full = names[api]
+                    table[(domain, cbid)] = (api,) + spec
+        if not any(d == C.DOMAIN_RUNTIME for d, _ in table):
+            # a libcupti without callback names: the header's numbers (stable since CUDA 7)
+            for full, cbid in C.RUNTIME_CBIDS.items():
+                spec = RUNTIME_APIS.get(canonical(full))
+                if spec:
+                    table[(C.DOMAIN_RUNTIME, cbid)] = (canonical(full),) + spec
+        self.lib, self.table = lib, table
+
+    # -- subscription ------------------------------------------------------------------------
+    def acquire(self, region) -> None:
+        with self.lock:
+            why = self.unavailable()
+            if why:
+                raise DetectorUnavailable(why)
+            if self.yielded:
+                raise DetectorUnavailable(self.yielded)
+            if self.users == 0:
+                self._subscribe()
+            self.users += 1
+            self.regions.append(region)
+
+    def _subscribe(self) -> None:
+        lib = self.lib
+        code = lib.lib.cuptiSubscribe(ctypes.byref(self.handle), self._cb, None)
+        if code != C.SUCCESS:
+            raise DetectorUnavailable(
+                f"cuptiSubscribe failed: {lib.error_name(code)} (another CUPTI client, such as "
+                "torch.profiler earlier in this process, holds the one subscriber slot)")
+        self.subscribed = True
+        self.generation += 1
+        try:
+            for domain, cbid in self.table:
+                lib.check(lib.lib.cuptiEnableCallback(1, self.handle, domain, cbid),
+                          f"cuptiEnableCallback({domain}, {cbid})")
+            if not self._activity_registered:
+                lib.check(lib.lib.cuptiActivityRegisterCallbacks(self._req, self._done),
+                          "cuptiActivityRegisterCallbacks")
+                self._activity_registered = True
+            lib.check(lib.lib.cuptiActivityEnable(C.ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable")
+            self._wrap_profiler()
+        except BaseException as e:
+            self._unsubscribe()
+            raise DetectorUnavailable(str(e)) from None
+
+    def _unsubscribe(self) -> None:
+        lib = self.lib
+        self._unwrap_profiler()
+        if not self.subscribed:
+            return
+        self.subscribed = False
+        try:
+            lib.lib.cuptiActivityDisable(C.ACTIVITY_KIND_MEMCPY)
+            lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+        finally:
+            lib.lib.cuptiUnsubscribe(self.handle)
+            self.handle = ctypes.c_void_p()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.subscribed:
+                self.lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+
+    def release(self, region) -> None:
+        with self.lock:
+            if region not in self.regions:
+                return
+            self.regions.remove(region)
+            self.users -= 1
+            if self.users == 0:
+                try:
+                    self._unsubscribe()
+                finally:
+                    if self.yielded:
+                        from ..detect import HUBS
+                        HUBS.debug.disarm()
+                    self.yielded = None
+                    self.records.clear()
+
+    # -- a profiler wants CUPTI ---------------------------------------------------------------
+    def _wrap_profiler(self) -> None:
+        try:
+            import torch.autograd.profiler as ap
+        except ImportError:
+            return
+        for attr in ("_prepare_profiler", "_enable_profiler"):
+            original = getattr(ap, attr, None)
+            if original is None:
+                continue
+            self._saved_profiler.append((ap, attr, original))
+            setattr(ap, attr, self._handing_over(original))
+
+    def _unwrap_profiler(self) -> None:
+        for owner, attr, original in reversed(self._saved_profiler):
+            setattr(owner, attr, original)
+        self._saved_profiler.clear()
+
+    def _handing_over(self, original):
+        hub = self
+
+        def start_profiler(*args, **kwargs):
+            hub.hand_over(user_site())
+            return original(*args, **kwargs)
+
+        start_profiler.__wrapped__ = original
+        return start_profiler
+
+    def hand_over(self, site) -> None:
+        """Give CUPTI to a starting profiler; watch with sync-debug mode until the regions end."""
+        with self.lock:
+            if not self.subscribed:
+                return
+            self.flush()
+            for r in self.regions:
+                r.state.setdefault("cuda_records", {}).update(self.records)
+            self._unsubscribe()
+            where = f"{site.filename}:{site.lineno}" if site.filename else "an unknown line"
+            self.yielded = (f"torch.profiler started at {where} inside a region and took CUPTI "
+                            "(one subscriber per process)")
+            from ..detect import HUBS
+            HUBS.debug.arm(routing.deliver)
+            for r in self.regions:
+                r.report.notes.append(f"{self.yielded}; from then on only stream syncs flagged by "
+                                      "sync-debug mode were seen (detector 'debug')")
+                r.state["cuda_yielded"] = True
+
+    # -- callbacks (run on the calling thread; must never raise or call CUDA) ------------------
+    def _callback(self, userdata, domain, cbid, cbdata) -> None:
+        try:
+            entry = self.table.get((domain, cbid))
+            if entry is None:
+                return
+            data = C.CallbackData.from_address(cbdata)
+            tls = self._tls
+            if getattr(tls, "generation", -1) != self.generation:
+                tls.generation, tls.depth, tls.call = self.generation, 0, None
+            if data.callbackSite == C.API_ENTER:
+                depth = tls.depth
+                tls.depth = depth + 1
+                if depth:
+                    if tls.call is not None:
+                        tls.call.detail.correlation.append(data.correlationId)
+                    return
+                tls.call = None
+                if not routing.regions.get():
+                    return
+                tls.call = self._enter(entry, data)
+            else:
+                tls.depth = max(0, tls.depth - 1)
+                if tls.depth:
+                    return
+                call, tls.call = tls.call, None
+                if call is not None:
+                    self._exit(call)
+        except BaseException:
+            self.errors += 1
+
+    def _enter(self, entry, data) -> _Call | None:
+        api, role, kind, is_async, spec = entry
+        detail = CopyDetail(role, direction=kind if role == COPY else None, is_async=is_async,
+                            correlation=[data.correlationId])
+        if role == FREE:
+            ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
+            if not ptr:
+                return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
+        elif spec is not None:
+            _read_params(spec, data.functionParams, detail)
+        call = _Call()
+        frame = sys._getframe(1)
+        call.api, call.role, call.kind, call.detail = api, role, kind, detail
+        call.site, call.phase = user_site(frame), current_phase(frame)
+        call.thread = threading.current_thread().name
+        call.t0 = time.perf_counter_ns()
+        return call
+
+    def _exit(self, call: _Call) -> None:
+        blocked = round((time.perf_counter_ns() - call.t0) / 1000, 1)
+        routing.deliver(routing.Observation(
+            "cuda", call.site, call.thread, api=call.api,
+            kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
+            phase=call.phase, detail=call.detail))
+
+    def _buffer_requested(self, buf_pp, size_p, max_p) -> None:
+        try:
+            size = 1 << 20
+            buf = ctypes.create_string_buffer(size + 8)
+            addr = (ctypes.addressof(buf) + 7) & ~7
+            self._buffers[addr] = buf
+            buf_pp[0], size_p[0], max_p[0] = addr, size, 0
+        except BaseException:
+            self.errors += 1
+            buf_pp[0], size_p[0] = None, 0
+
+    def _buffer_completed(self, ctx, stream_id, buf, size, valid) -> None:
+        try:
+            rec = ctypes.c_void_p()
+            while self.lib.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == C.SUCCESS:
+                head = C.ActivityMemcpyHead.from_address(rec.value)
+                if head.kind == C.ACTIVITY_KIND_MEMCPY:
+                    kinds = (head.copyKind, head.srcKind, head.dstKind)
+                    self.records[head.correlationId] = kinds
+                    if head.runtimeCorrelationId:
+                        self.records[head.runtimeCorrelationId] = kinds
+        except BaseException:
+            self.errors += 1
+        finally:
+            self._buffers.pop(buf, None)
+
+
+HUB = CuptiHub()
+
+
+class Cuda:
+    """Detector ``cuda``: see the module docstring."""
+
+    name, order, lasting = "cuda", 5, False
+
+    def __init__(self, hub: CuptiHub = HUB) -> None:
+        self.hub = hub
+
+    def unavailable(self) -> str | None:
+        return self.hub.unavailable()
+
+    def arm(self, region) -> None:
+        self.hub.acquire(region)
+
+    def disarm(self, region) -> None:
+        self.hub.flush()
+        mine = region.state.setdefault("cuda_records", {})
+        mine.update(self.hub.records)  # a copy of what this region may need, before release clears
+        if self.hub.errors:
+            region.report.notes.append(f"cuda detector: {self.hub.errors} callback error(s) swallowed")
+        self.hub.release(region)
+
+    def finish(self, region, found: list) -> list:
+        obs = [o for o in region.observations if o.source == "cuda"]
+        events, notes = combine(obs, region.state.get("cuda_records", {}))
+        region.report.notes.extend(notes)
+        if region.state.get("cuda_yielded"):
+            obs_debug = [o for o in region.observations if o.source == "debug"]
+            events += [(_event(o, o.api or "cudaStreamSynchronize", STREAM_SYNC, ("debug",)),
+                        o.allows, None) for o in obs_debug]
+        return found + events
+
+
+def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEvent:
+    return SyncEvent(api=api, kind=kind, filename=o.site.filename, lineno=o.site.lineno,
+                     function=o.site.function, stack=o.site.stack, thread=o.thread,
+                     host_blocked_us=o.blocked_us if blocked is None else blocked,
+                     detectors=detectors, phase=o.phase, note=note)
+
+
+def _host_kind(detail: CopyDetail, direction: str, records) -> str | None:
+    for cid in detail.correlation:
+        rec = records.get(cid)
+        if rec:
+            _copy, src, dst = rec
+            return C.MEMORY_KIND.get(src if direction == "h2d" else dst)
+    return None
+
+
+def _direction(detail: CopyDetail, records) -> str | None:
+    if detail.direction:
+        return detail.direction
+    for cid in detail.correlation:
+        rec = records.get(cid)
+        if rec:
+            return C.COPY_KIND.get(rec[0])
+    return None
+
+
+def combine(obs, records) -> tuple[list, list[str]]:
+    """Turn one region's cuda observations (in call order) into events.
+
+    A copy and the stream sync that follows it from the same line on the same stream are one
+    blocking copy; an async copy with nothing after it waits only if its host memory is pageable
+    (CUDA stages pageable memory synchronously); device-to-device copies never make the host wait.
+    """
+    events: list = []
+    notes: list[str] = []
+    unknown = 0
+    pending = None  # an async host<->device copy that a stream sync may complete
+
+    def flush_pending():
+        nonlocal pending, unknown
+        if pending is None:
+            return
+        o, direction = pending
+        pending = None
+        host = _host_kind(o.detail, direction, records)
+        if host == "pageable":
+            events.append((_event(o, o.api, PAGEABLE_COPY), o.allows, None))
+        elif host is None:
+            unknown += 1
+
+    for o in obs:
+        d: CopyDetail = o.detail
+        if d.role == COPY:
+            direction = _direction(d, records)
+            flush_pending()
+            if direction not in ("h2d", "d2h"):
+                continue  # d2d, h2h, p2p: the host does not wait for these
+            if d.is_async:
+                pending = (o, direction)
+            else:
+                kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+                events.append((_event(o, o.api, kind), o.allows, None))
+            continue
+        if o.kind == STREAM_SYNC and pending is not None:
+            c, direction = pending
+            same_stream = not c.detail.stream or not d.stream or c.detail.stream == d.stream
+            if same_stream and c.site == o.site and c.thread == o.thread:
+                pending = None
+                kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+                blocked = round((o.blocked_us or 0) + (c.blocked_us or 0), 1)
+                events.append((_event(o, o.api, kind, blocked=blocked), o.allows, None))
+                continue
+        flush_pending()
+        if o.kind == IMPLICIT_FREE and events:
+            prev, allows, _ = events[-1]
+            if (prev.kind == IMPLICIT_FREE and prev.filename == o.site.filename
+                    and prev.lineno == o.site.lineno and allows == o.allows):
+                # one empty_cache() frees several segments: one wait, reported once
+                events[-1] = (dataclasses.replace(prev, host_blocked_us=round(
+                    (prev.host_blocked_us or 0) + (o.blocked_us or 0), 1)), allows, None)
+                continue
+        events.append((_event(o, o.api, o.kind), o.allows, None))
+    flush_pending()
+    if unknown:
+        notes.append(f"cuda detector: {unknown} async host<->device copy(ies) had no CUPTI memcpy "
+                     "record, so pageable or pinned is unknown; not reported as syncs")
+    return events, notes
