@@ -134,6 +134,7 @@ class DebugHub(_SharedState):
             inside = getattr(_tls, "inside", None)
             if inside is not None and self.sink is not None:
                 inside.append("cudaStreamSynchronize")  # a wrapped call names this sync itself
+                _tls.debug_saw = True  # ... and says sync-debug mode saw it too
                 return
             sink = self.sink
             handled = sink is not None and sink(Observation(
@@ -531,7 +532,7 @@ class TraceHub(_SharedState):
             phase = current_phase()
             state = before() if before else None
             syncs: list[str] = []
-            _tls.inside = syncs
+            _tls.inside, _tls.debug_saw = syncs, False
             out = marker = None
             t0 = time.perf_counter_ns()
             try:
@@ -547,7 +548,8 @@ class TraceHub(_SharedState):
                     count = found[2] if len(found) > 2 else 1
                     sink(Observation("trace", site, threading.current_thread().name, api=api,
                                      kind=kind, marker=marker, t_ns=t0, blocked_us=round(elapsed, 1),
-                                     count=count, phase=phase))
+                                     count=count, phase=phase,
+                                     detail=("debug",) if getattr(_tls, "debug_saw", False) else ()))
             return out
 
         return wrapper

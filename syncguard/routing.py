@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .attribution import RUN, Site
+from .attribution import RUN, Site, current_phase
 
 regions: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_regions", default=())
 allows: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_allows", default=())
@@ -51,7 +51,9 @@ def deliver(obs: Observation) -> bool:
     open_regions = regions.get()
     if not open_regions:
         return False
-    obs = dataclasses.replace(obs, allows=allows.get())
+    # the phase is read here, on the observing thread, for every detector alike
+    phase = obs.phase if obs.phase != RUN else current_phase()
+    obs = dataclasses.replace(obs, allows=allows.get(), phase=phase)
     for r in open_regions:
         r.observations.append(obs)
     return True

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import re
 import sys
 import threading
@@ -87,6 +88,12 @@ class CopyDetail:
     stream: int | None = None
     nbytes: int | None = None
     correlation: list = field(default_factory=list)  # this call's and the driver calls' under it
+    src: int | None = None
+    dst: int | None = None
+
+    @property
+    def host_ptr(self) -> int | None:
+        return self.src if self.direction == "h2d" else self.dst if self.direction == "d2h" else None
 
 
 class _Call:
@@ -104,6 +111,7 @@ def _read_params(spec, params_ptr, detail: CopyDetail) -> None:
         if detail.direction == "default":
             detail.direction = None  # cudaMemcpyDefault: the activity record's copyKind says
         detail.stream = p.stream or 0
+        detail.src, detail.dst = p.src, p.dst
         detail.nbytes = p.count if spec is _P else p.width * p.height
 
 
@@ -117,6 +125,7 @@ class CuptiHub:
         self.lib: C.Cupti | None = None
         self.handle = ctypes.c_void_p()
         self.subscribed = False
+        self.activity_on = False
         self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
         self.records: dict[int, tuple[int, int, int]] = {}  # correlation id -> copy, src, dst kinds
         self.regions: list = []
@@ -129,6 +138,9 @@ class CuptiHub:
         self._req = C.BUFFER_REQUESTED(self._buffer_requested)
         self._done = C.BUFFER_COMPLETED(self._buffer_completed)
         self._activity_registered = False
+        #: how pageable/pinned is decided: "activity" (CUPTI MEMCPY records) or "pointer"
+        #: (cudaPointerGetAttributes on the host pointer when the region exits, never in a callback)
+        self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "activity")
 
     # -- availability and the callback table ----------------------------------------------------
     def unavailable(self) -> str | None:
@@ -197,11 +209,13 @@ class CuptiHub:
             for domain, cbid in self.table:
                 lib.check(lib.lib.cuptiEnableCallback(1, self.handle, domain, cbid),
                           f"cuptiEnableCallback({domain}, {cbid})")
-            if not self._activity_registered:
-                lib.check(lib.lib.cuptiActivityRegisterCallbacks(self._req, self._done),
-                          "cuptiActivityRegisterCallbacks")
-                self._activity_registered = True
-            lib.check(lib.lib.cuptiActivityEnable(C.ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable")
+            if self.hostmem == "activity":
+                if not self._activity_registered:
+                    lib.check(lib.lib.cuptiActivityRegisterCallbacks(self._req, self._done),
+                              "cuptiActivityRegisterCallbacks")
+                    self._activity_registered = True
+                lib.check(lib.lib.cuptiActivityEnable(C.ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable")
+                self.activity_on = True
             self._wrap_profiler()
         except BaseException as e:
             self._unsubscribe()
@@ -214,15 +228,17 @@ class CuptiHub:
             return
         self.subscribed = False
         try:
-            lib.lib.cuptiActivityDisable(C.ACTIVITY_KIND_MEMCPY)
-            lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+            if self.activity_on:
+                self.activity_on = False
+                lib.lib.cuptiActivityDisable(C.ACTIVITY_KIND_MEMCPY)
+                lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
         finally:
             lib.lib.cuptiUnsubscribe(self.handle)
             self.handle = ctypes.c_void_p()
 
     def flush(self) -> None:
         with self.lock:
-            if self.subscribed:
+            if self.subscribed and self.activity_on:
                 self.lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
 
     def release(self, region) -> None:
@@ -398,13 +414,69 @@ class Cuda:
 
     def finish(self, region, found: list) -> list:
         obs = [o for o in region.observations if o.source == "cuda"]
-        events, notes = combine(obs, region.state.get("cuda_records", {}))
+        records = region.state.get("cuda_records", {})
+        if self.hub.hostmem == "pointer":
+            records = dict(records)
+            records.update(pointer_records(obs))
+        events, notes = combine(obs, records)
         region.report.notes.extend(notes)
         if region.state.get("cuda_yielded"):
             obs_debug = [o for o in region.observations if o.source == "debug"]
             events += [(_event(o, o.api or "cudaStreamSynchronize", STREAM_SYNC, ("debug",)),
                         o.allows, None) for o in obs_debug]
         return found + events
+
+
+class _PointerAttributes(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
+                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
+
+
+_cudart = None
+
+
+def _load_cudart():
+    """The libcudart torch mapped (so the same runtime answers), for cudaPointerGetAttributes."""
+    global _cudart
+    if _cudart is None:
+        path = None
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libcudart.so" in line:
+                    path = line.split()[-1]
+                    break
+        lib = ctypes.CDLL(path or "libcudart.so")
+        lib.cudaPointerGetAttributes.argtypes = [ctypes.POINTER(_PointerAttributes), ctypes.c_void_p]
+        _cudart = lib
+    return _cudart
+
+
+def pointer_records(obs) -> dict:
+    """Pageable or pinned for the region's unpaired async copies, asked of the runtime when the
+    region exits (outside every callback). Skipped while the current stream captures a graph,
+    where syncguard makes no CUDA call that a capture could object to."""
+    wanted = [o for o in obs if o.detail is not None and o.detail.role == COPY and o.detail.is_async
+              and o.detail.host_ptr]
+    if not wanted:
+        return {}
+    try:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return {}
+        lib = _load_cudart()
+    except Exception:
+        return {}
+    out = {}
+    for o in wanted:
+        attr = _PointerAttributes()
+        if lib.cudaPointerGetAttributes(ctypes.byref(attr), o.detail.host_ptr) != 0:
+            lib.cudaGetLastError()  # leave no error behind for torch's next launch check
+            continue
+        host = 2 if attr.type in (1, 3) else 1  # registered/managed -> pinned, else pageable
+        copy = 1 if o.detail.direction == "h2d" else 2
+        out[o.detail.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
+    return out
 
 
 def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEvent:
@@ -473,7 +545,8 @@ def combine(obs, records) -> tuple[list, list[str]]:
         if o.kind == STREAM_SYNC and pending is not None:
             c, direction = pending
             same_stream = not c.detail.stream or not d.stream or c.detail.stream == d.stream
-            if same_stream and c.site == o.site and c.thread == o.thread:
+            same_line = (c.site.filename, c.site.lineno) == (o.site.filename, o.site.lineno)
+            if same_stream and same_line and c.thread == o.thread:
                 pending = None
                 kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
                 blocked = round((o.blocked_us or 0) + (c.blocked_us or 0), 1)
