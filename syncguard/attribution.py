@@ -136,9 +136,6 @@ def compiling() -> bool:
     compilation (tracing and Inductor), and ``torch.compiler.is_compiling()``, which is true while
     Dynamo traces the code that calls it.
     """
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
     guards = sys.modules.get("torch._guards")
     if guards is not None:
         ctx = getattr(guards, "CompileContext", None)
@@ -152,10 +149,9 @@ def compiling() -> bool:
 
 def is_tracing() -> bool:
     """``torch.compiler.is_compiling()`` on every supported torch (Dynamo constant-folds it)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    comp = getattr(torch, "compiler", None)
+    # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute
+    # lookup would import one on every call (measured: ~100 us); not imported = not compiling
+    comp = sys.modules.get("torch.compiler")
     fn = getattr(comp, "is_compiling", None)
     if fn is None:
         dyn = sys.modules.get("torch._dynamo")
@@ -167,14 +163,30 @@ def is_tracing() -> bool:
 
 
 def current_phase(frame=None) -> str:
-    """The phase of the sync being made now on this thread (see the module docstring)."""
-    if compiling():
-        return COMPILE
+    """The phase of the sync being made now on this thread (see the module docstring).
+
+    Capture set-up is found between the sync and the user's frame (the user's ``with
+    torch.cuda.graph(g):`` calls ``__enter__``, which syncs), so only torch's frames are walked.
+    """
+    return site_and_phase(frame if frame is not None else sys._getframe(1), site=False)[1]
+
+
+def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | None, str]:
+    """:func:`user_site` and :func:`current_phase` in one walk up the stack (the cuda detector
+    calls this inside CUPTI callbacks, where every microsecond is paid per copy)."""
     codes = _graph_setup_codes()
-    if codes:
-        f = frame if frame is not None else sys._getframe(1)
-        while f is not None:
-            if f.f_code in codes:
-                return GRAPH_CAPTURE
-            f = f.f_back
-    return RUN
+    phase = COMPILE if compiling() else RUN
+    f = frame
+    while f is not None and is_internal(f.f_code.co_filename):
+        if phase == RUN and f.f_code in codes:
+            phase = GRAPH_CAPTURE
+        f = f.f_back
+    if not site:
+        return None, phase
+    if f is None:
+        return Site(), phase
+    first, stack = f, []
+    while f is not None and len(stack) < depth:
+        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        f = f.f_back
+    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack)), phase

@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .attribution import RUN, Site, current_phase
+from .attribution import Site, current_phase
 
 regions: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_regions", default=())
 allows: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_allows", default=())
@@ -31,11 +31,11 @@ class Observation:
     kind: str | None = None
     op: str | None = None
     marker: str | None = None  # the profiler marker a hook opened around its call
-    allows: tuple = ()  # the allow scopes active in the observing context, innermost last
+    allows: tuple | None = None  # the allow scopes active when observed (deliver fills it)
     t_ns: int = 0  # perf_counter_ns when observed
     blocked_us: float | None = None
     count: int = 1  # e.g. segments one empty_cache() freed
-    phase: str = RUN
+    phase: str | None = None  # run / compile / graph_capture (deliver fills it)
     detail: Any = None  # detector-specific (the cuda detector's copy parameters)
 
 
@@ -51,9 +51,10 @@ def deliver(obs: Observation) -> bool:
     open_regions = regions.get()
     if not open_regions:
         return False
-    # the phase is read here, on the observing thread, for every detector alike
-    phase = obs.phase if obs.phase != RUN else current_phase()
-    obs = dataclasses.replace(obs, allows=allows.get(), phase=phase)
+    if obs.allows is None or obs.phase is None:
+        # read here, on the observing thread, for every detector alike
+        obs = dataclasses.replace(obs, allows=allows.get() if obs.allows is None else obs.allows,
+                                  phase=current_phase() if obs.phase is None else obs.phase)
     for r in open_regions:
         r.observations.append(obs)
     return True

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import routing
-from ..attribution import current_phase, user_site
+from ..attribution import site_and_phase, user_site
 from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                       PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
 from . import DetectorUnavailable
@@ -348,7 +348,7 @@ class CuptiHub:
         call = _Call()
         frame = sys._getframe(1)
         call.api, call.role, call.kind, call.detail = api, role, kind, detail
-        call.site, call.phase = user_site(frame), current_phase(frame)
+        call.site, call.phase = site_and_phase(frame)
         call.thread = threading.current_thread().name
         call.t0 = time.perf_counter_ns()
         return call
@@ -358,7 +358,7 @@ class CuptiHub:
         routing.deliver(routing.Observation(
             "cuda", call.site, call.thread, api=call.api,
             kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
-            phase=call.phase, detail=call.detail))
+            phase=call.phase, detail=call.detail, allows=routing.allows.get()))
 
     def _buffer_requested(self, buf_pp, size_p, max_p) -> None:
         try:
@@ -428,8 +428,10 @@ class Cuda:
 
 
 class _PointerAttributes(ctypes.Structure):
+    # newer runtimes append reserved words: room for them, never a write past our buffer
     _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
-                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p)]
+                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
+                ("reserved", ctypes.c_long * 16)]
 
 
 _cudart = None

@@ -28,9 +28,10 @@ if not _cuda():
     pytest.skip("needs CUDA", allow_module_level=True)
 
 
-def run(name, tmp_path):
-    out = tmp_path / f"{name}.json"
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def run(name, tmp_path, tag="", **extra_env):
+    out = tmp_path / f"{name}{tag}.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **extra_env)
     proc = subprocess.run([sys.executable, "-m", "tests.gpu.scenarios", name, str(out)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
     keep = os.environ.get("SYNCGUARD_SCENARIO_DIR")
@@ -38,7 +39,7 @@ def run(name, tmp_path):
     data = json.loads(out.read_text())
     if keep:
         os.makedirs(keep, exist_ok=True)
-        with open(os.path.join(keep, f"{name}.json"), "w") as f:
+        with open(os.path.join(keep, f"{name}{tag}.json"), "w") as f:
             json.dump(data, f, indent=1)
     assert data["ok"], data.get("error")
     return data
@@ -62,8 +63,10 @@ def test_oom_and_argument_errors_keep_their_type(tmp_path):
     assert d["arg_inside"] == d["arg_after"] == RT
 
 
-def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path):
-    d = run("kinds", tmp_path)
+@pytest.mark.parametrize("hostmem", ["activity", "pointer"])
+def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem):
+    d = run("kinds", tmp_path, f"-{hostmem}", SYNCGUARD_CUDA_HOSTMEM=hostmem)
+    assert all(v["detectors"] == ["cuda"] for v in d["ops"].values())
     bad = {k: v for k, v in d["ops"].items() if v["cuda"] != v["profile"] or not v["lines_ok"]}
     assert not bad, json.dumps(bad, indent=1)
 
