@@ -6,18 +6,15 @@ Records (as JSON under OUT_DIR): which libcupti was loaded and from where; the c
 ``cuptiGetCallbackName`` gives for the detector's API names, against the numbers in
 cupti_runtime_cbid.h; the ``functionName`` each enabled callback reports when it fires (the
 cross-check); the copy parameters and the MEMCPY activity records (pageable/pinned) matched by
-correlation id; the profiler's thread ids against ``threading.get_native_id()``; and the cost of a
-cuda region on 2,000 tiny kernels and 100 CPU-mask merges against the bare loops, interleaved.
+correlation id; and the profiler's thread ids against ``threading.get_native_id()``.
 """
 from __future__ import annotations
 
 import ctypes
 import json
 import os
-import statistics
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -106,39 +103,7 @@ def main(out_dir: str) -> None:
     res["hub_errors"] = HUB.errors
     res["subscribed_after"] = HUB.subscribed
     save()
-    # 4. overhead, interleaved rounds
-    from bench.workloads import mask_merges, tiny_kernels
-
-    st = {"y": torch.zeros(1, device="cuda")}
-    emb = torch.randn(4096, 1024, device="cuda")
-    mask = torch.zeros(4096, dtype=torch.bool)
-    mask[::2] = True
-    st.update(emb=emb, mask=mask, rows=torch.randn(int(mask.sum()), 1024, device="cuda"))
-
-    def timed(fn, region):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if region:
-            with syncguard.audit() as r:
-                fn()
-                torch.cuda.synchronize()
-        else:
-            fn()
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
-    over = {}
-    for wname, fn in {"tiny_kernels_2000": lambda: tiny_kernels(st, 2000),
-                      "merges_100": lambda: mask_merges(st, 100)}.items():
-        fn()
-        bare, aud = [], []
-        for _ in range(9):
-            bare.append(timed(fn, False))
-            aud.append(timed(fn, True))
-        over[wname] = {"bare_ms": statistics.median(bare) * 1e3, "cuda_ms": statistics.median(aud) * 1e3,
-                       "ratio": statistics.median(aud) / statistics.median(bare)}
-    res["overhead"] = over
-    save()
+    # (overhead: bench/bench_overhead.py, interleaved, before any profiler runs)
     # 5. profiler thread ids (last: after the profiler runs CUPTI cannot be subscribed again)
     from torch.profiler import ProfilerActivity, profile
 
@@ -156,8 +121,15 @@ def main(out_dir: str) -> None:
         t.join()
     res["main_native"] = threading.get_native_id()
     res.update(seen)
-    res["profiler_threads"] = sorted({(e.name, getattr(e, "thread", None)) for e in prof.events()
-                                      if e.name in ("cudaStreamSynchronize", "cudaMemcpyAsync")})
+    rows = []
+    for e in prof.events():
+        if e.name in ("cudaStreamSynchronize", "cudaMemcpyAsync", "aten::item", "aten::sum",
+                      "aten::_local_scalar_dense"):
+            p = e.cpu_parent
+            rows.append((e.name, getattr(e, "thread", None), getattr(e, "fwd_thread", None),
+                         p.name if p is not None else None,
+                         getattr(p, "thread", None) if p is not None else None))
+    res["profiler_threads"] = rows
     save()
 
 
