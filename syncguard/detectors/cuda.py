@@ -9,10 +9,13 @@ and none per kernel launch: only the callback ids of those APIs are enabled, nev
 * A runtime call and the driver calls under it are one event: a per-thread depth from
   ``API_ENTER``/``API_EXIT`` keeps only the outermost call (driver calls made directly, by an
   extension, are outermost themselves).
-* Copy direction comes from the call's own parameters (``cudaMemcpyAsync_v3020_params``);
-  pageable or pinned host memory from CUPTI's MEMCPY activity records (``srcKind``/``dstKind``),
-  matched by correlation id and flushed when a region exits. The callback never calls CUDA: a
-  CUDA call there hung the process (NOTES), and during stream capture most are illegal.
+* Copy direction comes from the call's own parameters (``cudaMemcpyAsync_v3020_params``).
+  Pageable or pinned matters only for an async copy that no stream sync follows; it is asked of
+  the runtime (``cudaPointerGetAttributes`` on the host pointer) when the region exits, on the
+  region's thread, skipped while that thread's stream captures a graph. The alternative, CUPTI's
+  MEMCPY activity records (``SYNCGUARD_CUDA_HOSTMEM=activity``), agreed on every op measured
+  and cost more (its flush at region exit). The callback itself never calls CUDA: a CUDA call
+  there hung the process (NOTES), and during stream capture most are illegal.
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
@@ -138,9 +141,13 @@ class CuptiHub:
         self._req = C.BUFFER_REQUESTED(self._buffer_requested)
         self._done = C.BUFFER_COMPLETED(self._buffer_completed)
         self._activity_registered = False
-        #: how pageable/pinned is decided: "activity" (CUPTI MEMCPY records) or "pointer"
-        #: (cudaPointerGetAttributes on the host pointer when the region exits, never in a callback)
-        self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "activity")
+        #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
+        #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
+        #: Both agreed with the profiler on every op of tests/gpu/scenarios.py on the H200; pointer
+        #: cost less on all three benchmark workloads (reports/probes/run2/overhead-2.11.0.md).
+        self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "pointer")
+        if self.hostmem not in ("pointer", "activity"):
+            raise ValueError(f"SYNCGUARD_CUDA_HOSTMEM must be 'pointer' or 'activity', got {self.hostmem!r}")
 
     # -- availability and the callback table ----------------------------------------------------
     def unavailable(self) -> str | None:

@@ -92,6 +92,14 @@ def exception_types(out):
     out["oom_after"], out["arg_after"] = _raises(oom), _raises(argcheck)
 
 
+def _free_then_empty_cache(t):
+    """A freed 64 MiB block is cached; empty_cache() then returns it with cudaFree (a sync).
+    (Run 2 had the tensor still alive during empty_cache, so both detectors saw nothing.)"""
+    x = t.empty(1 << 26, dtype=t.uint8, device="cuda")
+    del x
+    t.cuda.empty_cache()
+
+
 KIND_OPS = {
     "item": lambda t, s: s["d"].sum().item(),
     "cpu_int_index": lambda t, s: s["d"][s["idx"]],
@@ -102,8 +110,10 @@ KIND_OPS = {
     "d2h_cpu": lambda t, s: s["d"].cpu(),
     "synchronize": lambda t, s: t.cuda.synchronize(),
     "event_sync": lambda t, s: s["ev"].synchronize(),
-    "empty_cache": lambda t, s: (t.empty(1 << 24, device="cuda"), t.cuda.empty_cache()),
+    "empty_cache": lambda t, s: _free_then_empty_cache(t),
     "isin": lambda t, s: t.isin(s["d"], s["d2"]),
+    "unique": lambda t, s: t.unique(s["d"]),
+    "masked_select": lambda t, s: s["d"].masked_select(s["d"] > 3),
     "nonzero": lambda t, s: s["d"].nonzero(),
     "clean_add": lambda t, s: s["d"].add_(1),
     "d2d_copy": lambda t, s: s["d2"].copy_(s["d"][: s["d2"].numel()]),
