@@ -254,9 +254,12 @@ def test_canonical_names_drop_version_suffixes():
 
 def test_subscription_is_refcounted_and_fully_undone():
     """Fake libcupti: two regions, one subscription; the last release unsubscribes."""
+    ap = pytest.importorskip("torch.autograd.profiler")
+    before = ap._prepare_profiler
     hub, a, b = FakeHub(), FakeRegion(), FakeRegion()
     hub.acquire(a)
     hub.acquire(b)
+    assert ap._prepare_profiler.__wrapped__ is before  # a starting profiler gets CUPTI handed over
     calls = hub.lib.lib.calls
     assert calls.count("cuptiSubscribe") == 1 and calls.count("cuptiEnableCallback") == 3
     assert "cuptiEnableDomain" not in calls  # never a whole domain: launches must not call Python
@@ -264,6 +267,7 @@ def test_subscription_is_refcounted_and_fully_undone():
     assert hub.subscribed and "cuptiUnsubscribe" not in calls
     hub.release(b)
     assert not hub.subscribed and calls.count("cuptiUnsubscribe") == 1
+    assert ap._prepare_profiler is before
     hub.release(b)  # releasing twice is harmless
     assert calls.count("cuptiUnsubscribe") == 1
 

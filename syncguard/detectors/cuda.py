@@ -41,6 +41,7 @@ from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_S
                       PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
 from . import DetectorUnavailable
 from . import cupti as C
+from .hostmem import ActivityRecords, copy_direction, host_kind, pointer_records
 
 SYNC, COPY, FREE = "sync", "copy", "free"
 
@@ -128,19 +129,14 @@ class CuptiHub:
         self.lib: C.Cupti | None = None
         self.handle = ctypes.c_void_p()
         self.subscribed = False
-        self.activity_on = False
+        self.activity = ActivityRecords()
         self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
-        self.records: dict[int, tuple[int, int, int]] = {}  # correlation id -> copy, src, dst kinds
         self.regions: list = []
         self.yielded: str | None = None  # why CUPTI was handed to a profiler mid-region
         self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
         self._saved_profiler: list = []
-        self._buffers: dict[int, object] = {}
         self._tls = threading.local()
-        self._cb = C.CALLBACK(self._callback)
-        self._req = C.BUFFER_REQUESTED(self._buffer_requested)
-        self._done = C.BUFFER_COMPLETED(self._buffer_completed)
-        self._activity_registered = False
+        self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
         #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
         #: Both agreed with the profiler on every op of tests/gpu/scenarios.py on the H200; pointer
@@ -165,30 +161,9 @@ class CuptiHub:
         return None
 
     def _load(self) -> None:
-        if self.lib is not None:
-            return
-        lib = C.load()
-        table = {}
-        for domain, apis in ((C.DOMAIN_RUNTIME, RUNTIME_APIS), (C.DOMAIN_DRIVER, DRIVER_APIS)):
-            names = {}
-            for cbid in range(1, 2000):
-                name = lib.callback_name(domain, cbid)
-                if name is None:
-                    if cbid > 1200:
-                        break
-                    continue
-                names.setdefault(canonical(name), (cbid, name))
-            for api, spec in apis.items():
-                if api in names:
-                    cbid, full = names[api]
-                    table[(domain, cbid)] = (api,) + spec
-        if not any(d == C.DOMAIN_RUNTIME for d, _ in table):
-            # a libcupti without callback names: the header's numbers (stable since CUDA 7)
-            for full, cbid in C.RUNTIME_CBIDS.items():
-                spec = RUNTIME_APIS.get(canonical(full))
-                if spec:
-                    table[(C.DOMAIN_RUNTIME, cbid)] = (canonical(full),) + spec
-        self.lib, self.table = lib, table
+        if self.lib is None:
+            lib = C.load()
+            self.table, self.lib = callback_table(lib), lib
 
     # -- subscription ------------------------------------------------------------------------
     def acquire(self, region) -> None:
@@ -217,36 +192,28 @@ class CuptiHub:
                 lib.check(lib.lib.cuptiEnableCallback(1, self.handle, domain, cbid),
                           f"cuptiEnableCallback({domain}, {cbid})")
             if self.hostmem == "activity":
-                if not self._activity_registered:
-                    lib.check(lib.lib.cuptiActivityRegisterCallbacks(self._req, self._done),
-                              "cuptiActivityRegisterCallbacks")
-                    self._activity_registered = True
-                lib.check(lib.lib.cuptiActivityEnable(C.ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable")
-                self.activity_on = True
-            self._wrap_profiler()
+                self.activity.enable(lib)
+            self._saved_profiler = wrap_profiler_start(self.hand_over)
         except BaseException as e:
             self._unsubscribe()
             raise DetectorUnavailable(str(e)) from None
 
     def _unsubscribe(self) -> None:
         lib = self.lib
-        self._unwrap_profiler()
+        unwrap(self._saved_profiler)
         if not self.subscribed:
             return
         self.subscribed = False
         try:
-            if self.activity_on:
-                self.activity_on = False
-                lib.lib.cuptiActivityDisable(C.ACTIVITY_KIND_MEMCPY)
-                lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+            self.activity.disable()
         finally:
             lib.lib.cuptiUnsubscribe(self.handle)
             self.handle = ctypes.c_void_p()
 
     def flush(self) -> None:
         with self.lock:
-            if self.subscribed and self.activity_on:
-                self.lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+            if self.subscribed:
+                self.activity.flush()
 
     def release(self, region) -> None:
         with self.lock:
@@ -262,36 +229,9 @@ class CuptiHub:
                         from ..detect import HUBS
                         HUBS.debug.disarm()
                     self.yielded = None
-                    self.records.clear()
+                    self.activity.records.clear()
 
     # -- a profiler wants CUPTI ---------------------------------------------------------------
-    def _wrap_profiler(self) -> None:
-        try:
-            import torch.autograd.profiler as ap
-        except ImportError:
-            return
-        for attr in ("_prepare_profiler", "_enable_profiler"):
-            original = getattr(ap, attr, None)
-            if original is None:
-                continue
-            self._saved_profiler.append((ap, attr, original))
-            setattr(ap, attr, self._handing_over(original))
-
-    def _unwrap_profiler(self) -> None:
-        for owner, attr, original in reversed(self._saved_profiler):
-            setattr(owner, attr, original)
-        self._saved_profiler.clear()
-
-    def _handing_over(self, original):
-        hub = self
-
-        def start_profiler(*args, **kwargs):
-            hub.hand_over(user_site())
-            return original(*args, **kwargs)
-
-        start_profiler.__wrapped__ = original
-        return start_profiler
-
     def hand_over(self, site) -> None:
         """Give CUPTI to a starting profiler; watch with sync-debug mode until the regions end."""
         with self.lock:
@@ -299,7 +239,7 @@ class CuptiHub:
                 return
             self.flush()
             for r in self.regions:
-                r.state.setdefault("cuda_records", {}).update(self.records)
+                r.state.setdefault("cuda_records", {}).update(self.activity.records)
             self._unsubscribe()
             where = f"{site.filename}:{site.lineno}" if site.filename else "an unknown line"
             self.yielded = (f"torch.profiler started at {where} inside a region and took CUPTI "
@@ -367,31 +307,59 @@ class CuptiHub:
             kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
             phase=call.phase, detail=call.detail, allows=routing.allows.get()))
 
-    def _buffer_requested(self, buf_pp, size_p, max_p) -> None:
-        try:
-            size = 1 << 20
-            buf = ctypes.create_string_buffer(size + 8)
-            addr = (ctypes.addressof(buf) + 7) & ~7
-            self._buffers[addr] = buf
-            buf_pp[0], size_p[0], max_p[0] = addr, size, 0
-        except BaseException:
-            self.errors += 1
-            buf_pp[0], size_p[0] = None, 0
 
-    def _buffer_completed(self, ctx, stream_id, buf, size, valid) -> None:
-        try:
-            rec = ctypes.c_void_p()
-            while self.lib.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == C.SUCCESS:
-                head = C.ActivityMemcpyHead.from_address(rec.value)
-                if head.kind == C.ACTIVITY_KIND_MEMCPY:
-                    kinds = (head.copyKind, head.srcKind, head.dstKind)
-                    self.records[head.correlationId] = kinds
-                    if head.runtimeCorrelationId:
-                        self.records[head.runtimeCorrelationId] = kinds
-        except BaseException:
-            self.errors += 1
-        finally:
-            self._buffers.pop(buf, None)
+def wrap_profiler_start(hand_over) -> list:
+    """Call ``hand_over(site)`` just before torch's profiler initialises (and subscribes CUPTI);
+    returns what to restore. Installed only while subscribed."""
+    try:
+        import torch.autograd.profiler as ap
+    except ImportError:
+        return []
+    saved = []
+    for attr in ("_prepare_profiler", "_enable_profiler"):
+        original = getattr(ap, attr, None)
+        if original is None:
+            continue
+
+        def start_profiler(*args, _original=original, **kwargs):
+            hand_over(user_site())
+            return _original(*args, **kwargs)
+
+        start_profiler.__wrapped__ = original
+        saved.append((ap, attr, original))
+        setattr(ap, attr, start_profiler)
+    return saved
+
+
+def unwrap(saved: list) -> None:
+    for owner, attr, original in reversed(saved):
+        setattr(owner, attr, original)
+    saved.clear()
+
+
+def callback_table(lib) -> dict:
+    """(domain, cbid) -> (api, role, kind, is_async, params) for the APIs the detector watches,
+    resolved by name with CUPTI's own table (no callback is enabled to find them)."""
+    table = {}
+    for domain, apis in ((C.DOMAIN_RUNTIME, RUNTIME_APIS), (C.DOMAIN_DRIVER, DRIVER_APIS)):
+        names = {}
+        for cbid in range(1, 2000):
+            name = lib.callback_name(domain, cbid)
+            if name is None:
+                if cbid > 1200:
+                    break
+                continue
+            names.setdefault(canonical(name), cbid)
+        for api, spec in apis.items():
+            if api in names:
+                table[(domain, names[api])] = (api,) + spec
+    if not any(d == C.DOMAIN_RUNTIME for d, _ in table):
+        # a libcupti without callback names: the header's numbers (stable since CUDA 7)
+        for full, cbid in C.RUNTIME_CBIDS.items():
+            spec = RUNTIME_APIS.get(canonical(full))
+            if spec:
+                table[(C.DOMAIN_RUNTIME, cbid)] = (canonical(full),) + spec
+    return table
 
 
 HUB = CuptiHub()
@@ -414,9 +382,10 @@ class Cuda:
     def disarm(self, region) -> None:
         self.hub.flush()
         mine = region.state.setdefault("cuda_records", {})
-        mine.update(self.hub.records)  # a copy of what this region may need, before release clears
-        if self.hub.errors:
-            region.report.notes.append(f"cuda detector: {self.hub.errors} callback error(s) swallowed")
+        mine.update(self.hub.activity.records)  # a copy of what this region may need, before release clears
+        errors = self.hub.errors + self.hub.activity.errors
+        if errors:
+            region.report.notes.append(f"cuda detector: {errors} callback error(s) swallowed")
         self.hub.release(region)
 
     def finish(self, region, found: list) -> list:
@@ -434,84 +403,11 @@ class Cuda:
         return found + events
 
 
-class _PointerAttributes(ctypes.Structure):
-    # newer runtimes append reserved words: room for them, never a write past our buffer
-    _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
-                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
-                ("reserved", ctypes.c_long * 16)]
-
-
-_cudart = None
-
-
-def _load_cudart():
-    """The libcudart torch mapped (so the same runtime answers), for cudaPointerGetAttributes."""
-    global _cudart
-    if _cudart is None:
-        path = None
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if "libcudart.so" in line:
-                    path = line.split()[-1]
-                    break
-        lib = ctypes.CDLL(path or "libcudart.so")
-        lib.cudaPointerGetAttributes.argtypes = [ctypes.POINTER(_PointerAttributes), ctypes.c_void_p]
-        _cudart = lib
-    return _cudart
-
-
-def pointer_records(obs) -> dict:
-    """Pageable or pinned for the region's unpaired async copies, asked of the runtime when the
-    region exits (outside every callback). Skipped while the current stream captures a graph,
-    where syncguard makes no CUDA call that a capture could object to."""
-    wanted = [o for o in obs if o.detail is not None and o.detail.role == COPY and o.detail.is_async
-              and o.detail.host_ptr]
-    if not wanted:
-        return {}
-    try:
-        import torch
-
-        if torch.cuda.is_current_stream_capturing():
-            return {}
-        lib = _load_cudart()
-    except Exception:
-        return {}
-    out = {}
-    for o in wanted:
-        attr = _PointerAttributes()
-        if lib.cudaPointerGetAttributes(ctypes.byref(attr), o.detail.host_ptr) != 0:
-            lib.cudaGetLastError()  # leave no error behind for torch's next launch check
-            continue
-        host = 2 if attr.type in (1, 3) else 1  # registered/managed -> pinned, else pageable
-        copy = 1 if o.detail.direction == "h2d" else 2
-        out[o.detail.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
-    return out
-
-
 def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEvent:
     return SyncEvent(api=api, kind=kind, filename=o.site.filename, lineno=o.site.lineno,
                      function=o.site.function, stack=o.site.stack, thread=o.thread,
                      host_blocked_us=o.blocked_us if blocked is None else blocked,
                      detectors=detectors, phase=o.phase, note=note)
-
-
-def _host_kind(detail: CopyDetail, direction: str, records) -> str | None:
-    for cid in detail.correlation:
-        rec = records.get(cid)
-        if rec:
-            _copy, src, dst = rec
-            return C.MEMORY_KIND.get(src if direction == "h2d" else dst)
-    return None
-
-
-def _direction(detail: CopyDetail, records) -> str | None:
-    if detail.direction:
-        return detail.direction
-    for cid in detail.correlation:
-        rec = records.get(cid)
-        if rec:
-            return C.COPY_KIND.get(rec[0])
-    return None
 
 
 def combine(obs, records) -> tuple[list, list[str]]:
@@ -532,7 +428,7 @@ def combine(obs, records) -> tuple[list, list[str]]:
             return
         o, direction = pending
         pending = None
-        host = _host_kind(o.detail, direction, records)
+        host = host_kind(o.detail, direction, records)
         if host == "pageable":
             events.append((_event(o, o.api, PAGEABLE_COPY), o.allows, None))
         elif host is None:
@@ -541,7 +437,7 @@ def combine(obs, records) -> tuple[list, list[str]]:
     for o in obs:
         d: CopyDetail = o.detail
         if d.role == COPY:
-            direction = _direction(d, records)
+            direction = copy_direction(d, records)
             flush_pending()
             if direction not in ("h2d", "d2h"):
                 continue  # d2d, h2h, p2p: the host does not wait for these
