@@ -132,19 +132,19 @@ def _graph_setup_codes() -> frozenset:
 def compiling() -> bool:
     """Whether this thread is inside a torch.compile compilation (Dynamo tracing or the backend).
 
-    Reads torch's own per-thread ``CompileContext``, which Dynamo sets for a frame's whole
-    compilation (tracing and Inductor), and ``torch.compiler.is_compiling()``, which is true while
-    Dynamo traces the code that calls it.
+    Reads torch's own per-thread ``CompileContext``, which Dynamo holds for a frame's whole
+    compilation (tracing, then Inductor). Not ``torch.compiler.is_compiling()``: at run time that
+    reads a process-global flag (another thread compiling would mark this thread's syncs), and
+    it costs a ``torch.jit.is_scripting()`` call per sync.
     """
     guards = sys.modules.get("torch._guards")
-    if guards is not None:
-        ctx = getattr(guards, "CompileContext", None)
-        try:
-            if ctx is not None and ctx.try_get() is not None:
-                return True
-        except Exception:
-            pass
-    return is_tracing()
+    ctx = getattr(guards, "CompileContext", None) if guards is not None else None
+    if ctx is None:
+        return False
+    try:
+        return ctx.try_get() is not None
+    except Exception:
+        return False
 
 
 def is_tracing() -> bool:
