@@ -406,3 +406,30 @@ def test_nothing_stays_installed_after_the_last_region():
     assert (torch.cuda.synchronize, warnings._showwarnmsg, len(warnings.filters),
             "to" in vars(torch.Tensor)) == before
     assert not detect.HUBS.gpu_trace._registered
+
+
+def test_a_thread_started_and_ended_inside_a_region_is_noticed_and_start_is_restored():
+    """Why: such a thread is invisible to active_count() at both ends, and its profile records
+    (no host op) or allocator frees must not be charged to the region."""
+    from syncguard.detectors import torch_hooks
+
+    original = threading.Thread.start
+
+    class Quiet:
+        state: dict = {}
+
+        def single_threaded(self):
+            return True
+
+    alone, busy = Quiet(), Quiet()
+    alone.state, busy.state = {}, {}
+    torch_hooks.watch_threads(alone)
+    torch_hooks.unwatch_threads(alone)
+    torch_hooks.watch_threads(busy)
+    assert threading.Thread.start is not original
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    torch_hooks.unwatch_threads(busy)
+    assert alone.state["ran_alone"] is True and busy.state["ran_alone"] is False
+    assert threading.Thread.start is original

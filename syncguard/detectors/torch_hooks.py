@@ -31,6 +31,50 @@ def _mine(region, source):
     return [o for o in region.observations if o.source == source]
 
 
+class ThreadStarts(detect._SharedState):
+    """Counts ``threading.Thread.start`` calls while a region needs to know whether it ran alone.
+
+    A thread that starts and ends inside a region is invisible to ``threading.active_count()`` at
+    both ends; its syncs (a profile record with no host op, a cudaFree counted by the allocator)
+    must not be charged to the region. Reversible: the original ``start`` is put back after.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self._original = None
+
+    def _install(self) -> None:
+        self._original = original = threading.Thread.start
+        hub = self
+
+        def start(thread, *args, **kwargs):
+            hub.count += 1
+            return original(thread, *args, **kwargs)
+
+        start.__wrapped__ = original
+        threading.Thread.start = start
+
+    def _restore(self) -> None:
+        if self._original is not None:
+            threading.Thread.start = self._original
+            self._original = None
+
+
+THREAD_STARTS = ThreadStarts()
+
+
+def watch_threads(region) -> None:
+    THREAD_STARTS.arm()
+    region.state["thread_starts"] = THREAD_STARTS.count
+
+
+def unwatch_threads(region) -> None:
+    region.state["ran_alone"] = (region.single_threaded()
+                                 and THREAD_STARTS.count == region.state.get("thread_starts"))
+    THREAD_STARTS.disarm()
+
+
 class _Base:
     order, lasting = 50, False
 
@@ -74,6 +118,7 @@ class Trace(_Base):
 
     def arm(self, region) -> None:
         HUBS.trace.arm(routing.deliver, routing.in_region, around)
+        watch_threads(region)
         region.state["frees_at_entry"] = detect._num_frees()
 
     def disarm(self, region) -> None:
@@ -82,7 +127,10 @@ class Trace(_Base):
             if at_entry is not None:
                 region.state["frees"] = detect._num_frees() - at_entry
         finally:
-            HUBS.trace.disarm()
+            try:
+                unwatch_threads(region)
+            finally:
+                HUBS.trace.disarm()
 
     def finish(self, region, found: list) -> list:
         mine = _mine(region, "trace")
@@ -92,7 +140,7 @@ class Trace(_Base):
         frees = region.state.get("frees")
         explained = sum(o.count for o in mine if o.kind == IMPLICIT_FREE)
         if frees is not None and frees > explained:
-            if region.single_threaded():
+            if region.state.get("ran_alone"):
                 out.append((SyncEvent(
                     api="cudaFree", kind=IMPLICIT_FREE, thread=threading.current_thread().name,
                     detectors=("trace",),
@@ -206,8 +254,10 @@ class Profile(_Base):
             HUBS.profile.push(region.marker)
             _profile_regions.append(region)
             region.profile_syncs = []
+        watch_threads(region)
 
     def disarm(self, region) -> None:
+        unwatch_threads(region)
         with _lock:
             HUBS.profile.pop(region.marker)
             _profile_regions.remove(region)
@@ -229,7 +279,8 @@ class Profile(_Base):
                 lazy += s.dropped.startswith("library")
                 continue
             marker = next((m for m in s.markers if m.startswith(f"{MARKER}api#")), None)
-            if s.linked or marker in known_markers or region.single_threaded():
+            # a record with no host op is ours only if no other thread ran during the region
+            if s.linked or marker in known_markers or region.state.get("ran_alone"):
                 kept.append((s, marker))
             else:
                 unconfirmed += 1
