@@ -7,6 +7,7 @@ probe-2.11.0.json and reports/trace-records-*.json); the debug hub is driven by 
 from __future__ import annotations
 
 import json
+import threading
 import types
 import warnings
 from pathlib import Path
@@ -349,3 +350,50 @@ def test_combine_kinds(obs, records, expected):
 def test_copy_with_unknown_host_memory_is_noted_not_guessed():
     events, notes = combine([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {})
     assert events == [] and "pageable or pinned is unknown" in notes[0]
+
+
+def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_reach_the_caller():
+    """Fake libcupti; a plain thread with no region stands in for torch's C++ autograd device
+    thread (on the GPU a CUDA backward runs there). While the region's thread waits in
+    run_backward, a sync on that thread goes to the region; after release the engine is restored."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd.variable import Variable
+
+    engine = Variable.__dict__["_execution_engine"]
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            def engine_thread():
+                sync = C.StreamParams(stream=0)
+                _fire(hub, 2, 131, C.API_ENTER, 7, sync)
+                _fire(hub, 2, 131, C.API_EXIT, 7, sync)
+            t = threading.Thread(target=engine_thread)
+            t.start()
+            t.join()
+            seen["active"] = len(hub.backward.active)
+            return g * 2
+
+    token = routing.regions.set((region,))
+    try:
+        assert type(Variable.__dict__["_execution_engine"]).__name__ == "_EngineProxy"
+        x = torch.ones(3, requires_grad=True)
+        Probe.apply(x).sum().backward()  # L-BACKWARD
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert Variable.__dict__["_execution_engine"] is engine
+    assert torch.equal(x.grad, torch.full((3,), 2.0))  # the proxy changed nothing
+    assert seen["active"] == 1 and hub.backward.active == {}
+    (obs,) = region.observations
+    assert obs.api == "cudaStreamSynchronize" and obs.thread.startswith("autograd engine")
+    # the fake "engine thread" runs Python here, so its own frame is the site (L-FIRE); a C++
+    # engine thread has none, and the backward() line is used instead
+    assert obs.site.lineno in (marked_line(__file__, "L-FIRE"), marked_line(__file__, "L-BACKWARD"))

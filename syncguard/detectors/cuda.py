@@ -101,7 +101,7 @@ class CopyDetail:
 
 
 class _Call:
-    __slots__ = ("api", "role", "kind", "detail", "site", "phase", "thread", "t0")
+    __slots__ = ("api", "role", "kind", "detail", "site", "phase", "thread", "t0", "owner")
 
 
 def _read_params(spec, params_ptr, detail: CopyDetail) -> None:
@@ -135,6 +135,7 @@ class CuptiHub:
         self.yielded: str | None = None  # why CUPTI was handed to a profiler mid-region
         self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
         self._saved_profiler: list = []
+        self.backward = BackwardOwners()
         self._tls = threading.local()
         self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
@@ -194,6 +195,7 @@ class CuptiHub:
             if self.hostmem == "activity":
                 self.activity.enable(lib)
             self._saved_profiler = wrap_profiler_start(self.hand_over)
+            self.backward.install()
         except BaseException as e:
             self._unsubscribe()
             raise DetectorUnavailable(str(e)) from None
@@ -201,6 +203,7 @@ class CuptiHub:
     def _unsubscribe(self) -> None:
         lib = self.lib
         unwrap(self._saved_profiler)
+        self.backward.restore()
         if not self.subscribed:
             return
         self.subscribed = False
@@ -230,6 +233,7 @@ class CuptiHub:
                         HUBS.debug.disarm()
                     self.yielded = None
                     self.activity.records.clear()
+                    self.backward.ambiguous = 0
 
     # -- a profiler wants CUPTI ---------------------------------------------------------------
     def hand_over(self, site) -> None:
@@ -269,9 +273,12 @@ class CuptiHub:
                         tls.call.detail.correlation.append(data.correlationId)
                     return
                 tls.call = None
+                owner = None
                 if not routing.regions.get():
-                    return
-                tls.call = self._enter(entry, data)
+                    owner = self.backward.owner()  # an autograd engine thread working for a region?
+                    if owner is None:
+                        return
+                tls.call = self._enter(entry, data, owner)
             else:
                 tls.depth = max(0, tls.depth - 1)
                 if tls.depth:
@@ -282,7 +289,7 @@ class CuptiHub:
         except BaseException:
             self.errors += 1
 
-    def _enter(self, entry, data) -> _Call | None:
+    def _enter(self, entry, data, owner=None) -> _Call | None:
         api, role, kind, is_async, spec = entry
         detail = CopyDetail(role, direction=kind if role == COPY else None, is_async=is_async,
                             correlation=[data.correlationId])
@@ -296,16 +303,98 @@ class CuptiHub:
         frame = sys._getframe(1)
         call.api, call.role, call.kind, call.detail = api, role, kind, detail
         call.site, call.phase = site_and_phase(frame)
-        call.thread = threading.current_thread().name
+        call.owner = owner
+        if owner is None:
+            call.thread = threading.current_thread().name
+        else:  # no Python frames of the user's on a C++ autograd thread: the backward() line
+            call.thread = f"autograd engine (backward of {owner[3]})"
+            if call.site.filename is None:
+                call.site = owner[2]
         call.t0 = time.perf_counter_ns()
         return call
 
     def _exit(self, call: _Call) -> None:
         blocked = round((time.perf_counter_ns() - call.t0) / 1000, 1)
-        routing.deliver(routing.Observation(
+        owner = call.owner
+        obs = routing.Observation(
             "cuda", call.site, call.thread, api=call.api,
             kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
-            phase=call.phase, detail=call.detail, allows=routing.allows.get()))
+            phase=call.phase, detail=call.detail,
+            allows=routing.allows.get() if owner is None else owner[1])
+        if owner is None:
+            routing.deliver(obs)
+        else:
+            for r in owner[0]:
+                r.observations.append(obs)
+
+
+class BackwardOwners:
+    """Which region a sync on an autograd engine thread belongs to.
+
+    torch runs a CUDA backward pass on its own C++ device threads; their contextvars are empty,
+    so their syncs would reach no region. While subscribed, ``Variable._execution_engine`` (the
+    object every ``backward()``/``grad()`` calls ``run_backward`` on) is replaced by a transparent
+    proxy that records, per calling thread, the caller's regions, allows and line. A sync on a
+    thread with no region of its own goes to the one backward pass in flight; while two or more
+    run at once it is not attributed (counted in ``ambiguous``). Restored when unsubscribed.
+    """
+
+    def __init__(self) -> None:
+        self.active: dict[int, tuple] = {}  # caller thread id -> (regions, allows, site, name)
+        self.ambiguous = 0
+        self._saved = None
+
+    def install(self) -> None:
+        try:
+            from torch.autograd.variable import Variable
+        except ImportError:
+            return
+        engine = Variable.__dict__.get("_execution_engine")
+        if engine is None or isinstance(engine, _EngineProxy):
+            return
+        self._saved = (Variable, engine)
+        Variable._execution_engine = _EngineProxy(engine, self)
+
+    def restore(self) -> None:
+        if self._saved is not None:
+            owner, engine = self._saved
+            owner._execution_engine = engine
+            self._saved = None
+
+    def owner(self):
+        active = self.active
+        if not active:
+            return None
+        if len(active) > 1:
+            self.ambiguous += 1
+            return None
+        (regions, allows, site, name), = active.values()
+        return (regions, allows, site, name) if regions else None
+
+
+class _EngineProxy:
+    """Stands in for torch's ImperativeEngine: every attribute is the engine's own, except that
+    ``run_backward`` notes who is waiting for it."""
+
+    def __init__(self, engine, owners: BackwardOwners) -> None:
+        object.__setattr__(self, "_engine", engine)
+        object.__setattr__(self, "_owners", owners)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def run_backward(self, *args, **kwargs):
+        me = threading.get_ident()
+        active = self._owners.active
+        outer = active.get(me)  # a backward inside a backward (checkpointing): keep the outer one
+        if outer is None:
+            active[me] = (routing.regions.get(), routing.allows.get(),
+                          user_site(sys._getframe(1)), threading.current_thread().name)
+        try:
+            return self._engine.run_backward(*args, **kwargs)
+        finally:
+            if outer is None:
+                active.pop(me, None)
 
 
 def wrap_profiler_start(hand_over) -> list:
@@ -383,6 +472,10 @@ class Cuda:
         self.hub.flush()
         mine = region.state.setdefault("cuda_records", {})
         mine.update(self.hub.activity.records)  # a copy of what this region may need, before release clears
+        if self.hub.backward.ambiguous:
+            region.report.notes.append(
+                f"cuda detector: {self.hub.backward.ambiguous} call(s) on autograd threads while "
+                "several backward passes ran at once were not attributed")
         errors = self.hub.errors + self.hub.activity.errors
         if errors:
             region.report.notes.append(f"cuda detector: {errors} callback error(s) swallowed")

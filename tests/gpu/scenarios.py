@@ -278,8 +278,35 @@ def graph_capture(out):
         out["item_in_capture"] = _raises(bad)
 
 
+def backward(out):
+    """A CUDA backward pass runs on torch's autograd device thread, not the caller's."""
+    torch = _torch()
+    import syncguard
+
+    class SyncInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            g.sum().item()  # L-PY-BACKWARD
+            return g * 2
+
+    x = torch.ones(64, device="cuda", requires_grad=True)
+    SyncInBackward.apply(x).sum().backward()  # warm up
+    with syncguard.audit() as rep:
+        SyncInBackward.apply(x).sum().backward()  # L-CALL-BACKWARD
+    out["events"] = _events(rep)
+    out["notes"] = rep.notes
+    src = open(__file__).read().splitlines()
+    out["py_backward_line"] = next(i for i, t in enumerate(src, 1) if t.endswith("# L-PY-BACKWARD"))
+    from torch.autograd.variable import Variable
+    out["engine_restored"] = type(Variable.__dict__["_execution_engine"]).__name__ != "_EngineProxy"
+
+
 SCENARIOS = {f.__name__: f for f in (error_mode, exception_types, kinds, threads, profiler_inside,
-                                     profiler_first, compile_phase, graph_capture)}
+                                     profiler_first, compile_phase, graph_capture, backward)}
 
 
 def main(argv) -> int:

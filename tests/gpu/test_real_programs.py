@@ -107,3 +107,11 @@ def test_graph_capture_setup_is_its_own_phase_and_capture_is_unharmed(tmp_path):
     assert d["capture"] and all(e["phase"] == "graph_capture" for e in d["capture"])
     assert d["replay"] == [] and d["replay_ok"]
     assert d["item_in_capture"] is not None  # the user's own capture error, not ours
+
+
+def test_syncs_in_a_cuda_backward_pass_reach_the_callers_region(tmp_path):
+    d = run("backward", tmp_path)
+    assert [e["kind"] for e in d["events"]] == ["blocking_copy_d2h"], d
+    (e,) = d["events"]
+    assert e["line"] == d["py_backward_line"] and e["thread"].startswith("autograd engine")
+    assert d["engine_restored"]
