@@ -375,6 +375,12 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
                 sync = C.StreamParams(stream=0)
                 _fire(hub, 2, 131, C.API_ENTER, 7, sync)
                 _fire(hub, 2, 131, C.API_EXIT, 7, sync)
+            # a bare OS thread, like torch's C++ engine thread (threading never started it)
+            import _thread
+            done = threading.Event()
+            _thread.start_new_thread(lambda: (engine_thread(), done.set()), ())
+            done.wait(10)
+            # a thread the program started itself keeps its syncs: not the backward's
             t = threading.Thread(target=engine_thread)
             t.start()
             t.join()

@@ -365,6 +365,9 @@ class BackwardOwners:
         active = self.active
         if not active:
             return None
+        known = getattr(threading, "_active", {}).get(threading.get_ident())
+        if known is not None and not isinstance(known, threading._DummyThread):
+            return None  # a thread the program started itself: its syncs are its own, not backward's
         if len(active) > 1:
             self.ambiguous += 1
             return None

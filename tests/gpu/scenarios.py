@@ -41,7 +41,8 @@ def _lasting_state():
     return {"synchronize": id(torch.cuda.synchronize), "to": "to" in vars(torch.Tensor) and id(vars(torch.Tensor)["to"]),
             "showwarnmsg": id(w._showwarnmsg), "filters": len(w.filters),
             "prepare_profiler": id(getattr(ap, "_prepare_profiler", None)),
-            "sync_debug_mode": torch.cuda.get_sync_debug_mode(), "cupti_subscribed": HUB.subscribed}
+            "sync_debug_mode": torch.cuda.get_sync_debug_mode(), "cupti_subscribed": HUB.subscribed,
+            "autograd_engine": id(torch.autograd.variable.Variable.__dict__["_execution_engine"])}
 
 
 def _raises(fn):
