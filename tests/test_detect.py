@@ -6,6 +6,7 @@ probe-2.11.0.json and reports/trace-records-*.json); the debug hub is driven by 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import types
@@ -403,3 +404,18 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
     # the fake "engine thread" runs Python here, so its own frame is the site (L-FIRE); a C++
     # engine thread has none, and the backward() line is used instead
     assert obs.site.lineno in (marked_line(__file__, "L-FIRE"), marked_line(__file__, "L-BACKWARD"))
+
+
+def test_a_sync_seen_by_cuda_and_a_torch_hook_is_one_event():
+    """Hand-built events (no GPU): detectors=('cuda','debug') merge on line and sync class."""
+    from syncguard.detectors.torch_hooks import merge_with_cuda
+    from syncguard.events import SyncEvent
+
+    cu = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py", lineno=3,
+                   detectors=("cuda",))
+    dbg = SyncEvent(api="cudaStreamSynchronize", kind="stream_sync", filename="m.py", lineno=3,
+                    detectors=("debug",))
+    other = dataclasses.replace(dbg, lineno=4)
+    out = merge_with_cuda([(cu, (), None)], [(dbg, (), None), (other, (), None)])
+    assert [(e.kind, e.detectors) for e, _, _ in out] == [
+        ("blocking_copy_d2h", ("cuda", "debug")), ("stream_sync", ("debug",))]

@@ -492,7 +492,7 @@ class Cuda:
             records.update(pointer_records(obs))
         events, notes = combine(obs, records)
         region.report.notes.extend(notes)
-        if region.state.get("cuda_yielded"):
+        if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
             events += [(_event(o, o.api or "cudaStreamSynchronize", STREAM_SYNC, ("debug",)),
                         o.allows, None) for o in obs_debug]

@@ -75,6 +75,24 @@ def unwatch_threads(region) -> None:
     THREAD_STARTS.disarm()
 
 
+def merge_with_cuda(found: list, items: list) -> list:
+    """Add a torch-hook detector's events to ``found``; one that the cuda detector also reported
+    (same line, same class of sync, in order) becomes one event seen by both."""
+    out = list(found)
+    taken: set[int] = set()
+    for ev, allows, marker in items:
+        for i, (other, a2, m2) in enumerate(out):
+            if (i not in taken and "cuda" in other.detectors and other.filename == ev.filename
+                    and other.lineno == ev.lineno and _klass(other.kind) == _klass(ev.kind)):
+                taken.add(i)
+                seen = tuple(dict.fromkeys(other.detectors + ev.detectors))
+                out[i] = (dataclasses.replace(other, detectors=seen), a2, m2)
+                break
+        else:
+            out.append((ev, allows, marker))
+    return out
+
+
 class _Base:
     order, lasting = 50, False
 
@@ -88,8 +106,8 @@ class _Base:
         pass
 
     def finish(self, region, found: list) -> list:
-        return found + [(event(o, o.api, o.kind, (self.name,)), o.allows, o.marker)
-                        for o in _mine(region, self.name)]
+        return merge_with_cuda(found, [(event(o, o.api, o.kind, (self.name,)), o.allows, o.marker)
+                                       for o in _mine(region, self.name)])
 
 
 class Fake(_Base):
@@ -135,8 +153,8 @@ class Trace(_Base):
     def finish(self, region, found: list) -> list:
         mine = _mine(region, "trace")
         # detail names the hooks that saw the same sync inside the wrapped call (sync-debug mode)
-        out = found + [(event(o, o.api, o.kind, tuple(o.detail or ()) + ("trace",)), o.allows,
-                        o.marker) for o in mine]
+        out = merge_with_cuda(found, [(event(o, o.api, o.kind, tuple(o.detail or ()) + ("trace",)),
+                                       o.allows, o.marker) for o in mine])
         frees = region.state.get("frees")
         explained = sum(o.count for o in mine if o.kind == IMPLICIT_FREE)
         if frees is not None and frees > explained:
@@ -180,7 +198,7 @@ class GpuTrace(_Base):
                                               detectors=("debug", "gpu_trace")), allows, m)
             else:
                 extra.append((event(o, o.api, o.kind, ("gpu_trace",)), o.allows, None))
-        return out + extra
+        return merge_with_cuda(out, extra)
 
 
 # ---------------------------------------------------------------------------------------------
