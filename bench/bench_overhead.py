@@ -2,13 +2,17 @@
 
     python bench/bench_overhead.py --out DIR
 
-Two workloads: 2,000 tiny kernels (launch-bound, the worst case for a tracer) and 100 calls of
-the sync-free merge ``emb[cpu_mask] = rows``. Each configuration is timed in interleaved rounds
-(wall clock around the loop, CUDA synchronised before and after) and reported as the median over
-rounds and as a ratio to the bare loop of the same round set. The trace detector uses torch's
-``_gpu_trace`` callbacks, whose activation cannot be undone; the bare loop is therefore timed in
-a fresh process first (``--before``) and this process reports both. The profiler configurations
-show why the profiler is opt-in (``profile``) rather than the default trace.
+Three workloads: 2,000 tiny kernels (launch-bound, the worst case for any per-op hook), 100
+calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 4-layer
+TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
+interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
+opened and closed inside the timing) and reported as the median over rounds and as a ratio to
+the bare loop of the same rounds.
+
+Order matters: once torch.profiler has run in a process, CUPTI cannot be subscribed again (one
+subscriber per process), so every cuda-detector configuration is timed before any profiler one.
+The cuda detector is timed with both ways of telling pageable from pinned host memory
+(``activity``: CUPTI MEMCPY records; ``pointer``: cudaPointerGetAttributes at region exit).
 """
 from __future__ import annotations
 
@@ -59,32 +63,59 @@ def timed(work, cm, st):
     return time.perf_counter() - t0
 
 
+def train_step_workload():
+    model = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = torch.randn(8, 128, 512, device="cuda")
+
+    def step(st):
+        opt.zero_grad(set_to_none=True)
+        model(data).square().mean().backward()
+        opt.step()
+    return step
+
+
+def cuda_with(hostmem):
+    from syncguard.detectors.cuda import HUB
+
+    @contextlib.contextmanager
+    def cm():
+        saved, HUB.hostmem = HUB.hostmem, hostmem
+        try:
+            with syncguard.audit(("cuda",)) as rep:
+                yield rep
+            assert rep.detectors == ("cuda",), rep.notes
+        finally:
+            HUB.hostmem = saved
+    return cm
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=11)
     a = ap.parse_args()
     st = {"y": torch.zeros(16, device="cuda")}
     emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
     mask = torch.rand(8192) < 0.5
     st.update(emb=emb, mask=mask, rows=torch.randn(int(mask.sum()), 1024, device="cuda",
                                                     dtype=torch.bfloat16))
-    # Phase 1: nothing has activated torch's CUDA trace yet.
+    # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
     before = {
         "bare": bare,
-        "audit(debug)": lambda: syncguard.audit(("debug",)),
-        "profiler cpu+cuda, stacks": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], True),
-        "profiler cpu+cuda": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], False),
-        "profiler cuda only": prof([ProfilerActivity.CUDA], False),
+        "audit() default = cuda (activity)": cuda_with("activity"),
+        "audit(cuda) pointer": cuda_with("pointer"),
+        "audit(debug,trace) fallback": lambda: syncguard.audit(("debug", "trace")),
     }
-    # Phase 2: after the first trace region; activation is permanent, so "bare" is timed again.
+    # Phase 2: profiler configurations (after them CUPTI stays held by Kineto).
     after = {
-        "bare, CUDA trace activated": bare,
-        "audit(trace)": lambda: syncguard.audit(("trace",)),
-        "audit(debug+trace) (default)": lambda: syncguard.audit(("debug", "trace")),
-        "audit(debug+trace+profile)": lambda: syncguard.audit(("debug", "trace", "profile")),
+        "bare (again)": bare,
+        "profiler cpu+cuda, stacks": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], True),
+        "audit(debug,trace,profile)": lambda: syncguard.audit(("debug", "trace", "profile")),
     }
-    workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop))
+    workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
+                 ("transformer training step", train_step_workload()))
     results = {w: {} for w, _ in workloads}
     for configs in (before, after):
         for wname, work in workloads:

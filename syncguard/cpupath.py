@@ -38,14 +38,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .attribution import user_frame
+
 __all__ = ["CpuPathFinding", "CpuPathReport", "cpu_path_audit", "WRAPPED_NAMES"]
 
 #: The ``torch.cuda`` names wrapped while an audit is active.
 WRAPPED_NAMES = ("Stream", "Event", "stream", "current_stream")
 _TENSOR_METHODS = {"pin_memory": "Tensor.pin_memory()", "record_stream": "Tensor.record_stream()"}
 
-_THIS_FILE = os.path.abspath(__file__)
-_SKIP_BASENAMES = ("contextlib.py", "functools.py")
 
 
 @dataclass(frozen=True)
@@ -86,25 +86,9 @@ class CpuPathReport:
 # ---------------------------------------------------------------------------------------------
 # Attribution
 
-def _torch_dir() -> str | None:
-    mod = sys.modules.get("torch")
-    path = getattr(mod, "__file__", None)
-    return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
-
-
 def _user_frame(start) -> tuple[str | None, int | None, str | None]:
-    tdir = _torch_dir()
-    f = start
-    while f is not None:
-        name = f.f_code.co_filename
-        path = os.path.abspath(name)
-        internal = (name.startswith("<") or path == _THIS_FILE
-                    or os.path.basename(path) in _SKIP_BASENAMES
-                    or (tdir is not None and path.startswith(tdir)))
-        if not internal:
-            return f.f_code.co_filename, f.f_lineno, f.f_code.co_name
-        f = f.f_back
-    return None, None, None
+    f = user_frame(start)  # one definition of "the user's frame" for all of syncguard
+    return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name) if f is not None else (None, None, None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,27 +1,26 @@
-"""The two sync detectors and the classification of what they see.
+"""The torch-hook detectors' machinery and the profiler's classification of what it records.
 
 * ``debug``: torch's sync-debug mode armed at "warn"; its warning is caught on the thread that
   synced, before any warning filter (pytest's, ``-W error``) can turn it into an exception.
-* ``trace``: torch's own CUDA trace hooks (``torch.cuda._gpu_trace``: every stream, device and
-  event synchronisation, on the syncing thread) plus thin wrappers on the few Python entry points
-  whose syncs that trace cannot name: copies (direction, pageable host memory with
-  ``non_blocking=True``), ``empty_cache()`` (``cudaFree``) and the explicit synchronize calls.
-  Measured at about the cost of sync-debug mode (reports/gpu/overhead-*.md).
+* ``trace``: thin wrappers on the few Python entry points whose syncs need naming: copies
+  (direction, pageable host memory with ``non_blocking=True``), ``empty_cache()`` (``cudaFree``)
+  and the explicit synchronize calls. Installed while a region is open, restored after.
+* ``gpu_trace`` (opt-in, leaves a lasting hook): torch's own CUDA trace callbacks.
 * ``profile`` (opt-in): CUDA runtime calls recorded by the PyTorch profiler, which names the aten
   op and the exact runtime call and sees copies made inside ops; it costs far more, so it is for
   diagnosis, not for every test.
 
-Both are process-global resources. The hubs here arm them once for any number of regions and
-restore the exact previous state when the last region ends; ``scope`` decides which region an
-observation belongs to. Nothing here touches CUDA at import time.
+All are process-global resources. The hubs here arm them once for any number of regions and
+restore the exact previous state when the last region ends (except ``gpu_trace``, which torch
+cannot undo); :mod:`syncguard.routing` decides which region an observation belongs to. The
+detector classes behind the seam are in :mod:`syncguard.detectors.torch_hooks`. Nothing here
+touches CUDA at import time.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
-import sys
 import threading
 import time
 import warnings
@@ -35,93 +34,10 @@ SYNC_WARNING = "called a synchronizing CUDA operation"
 PROTOTYPE_WARNING = "Synchronization debug mode is a prototype feature"
 MARKER = "syncguard::"
 
-# ---------------------------------------------------------------------------------------------
-# Attribution: the user's frame is the first one outside torch, syncguard and the stdlib glue.
-
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_SKIP_FILES = ("contextlib.py", "warnings.py", "threading.py", "functools.py")
-_torch_dir: str | None = None
-
-
-def _torch_prefix() -> str | None:
-    global _torch_dir
-    if _torch_dir is None:
-        mod = sys.modules.get("torch")
-        if mod is None or not getattr(mod, "__file__", None):
-            return None
-        _torch_dir = os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
-    return _torch_dir
-
-
-def _is_internal(filename: str) -> bool:
-    if filename.startswith("<"):
-        return True
-    path = os.path.abspath(filename)
-    if path.startswith(_PKG_DIR) or os.path.basename(path) in _SKIP_FILES:
-        return True
-    tdir = _torch_prefix()
-    return bool(tdir and path.startswith(tdir))
-
-
-@dataclass(frozen=True)
-class Site:
-    filename: str | None = None
-    lineno: int | None = None
-    function: str | None = None
-    stack: tuple[str, ...] = ()
-
-
-def user_site(frame=None, depth: int = 8) -> Site:
-    """The caller's site, skipping torch and syncguard frames."""
-    f = frame if frame is not None else sys._getframe(1)
-    while f is not None and _is_internal(f.f_code.co_filename):
-        f = f.f_back
-    if f is None:
-        return Site()
-    first = f
-    stack = []
-    while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
-        f = f.f_back
-    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
-
-
-_PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
-
-
-def site_from_profiler_stack(entries: Iterable[str]) -> Site:
-    """Profiler stacks read ``file.py(12): func``, innermost first."""
-    frames = []
-    for entry in entries:
-        m = _PROFILER_FRAME.match(entry)
-        if m and not _is_internal(m["file"]):
-            frames.append((m["file"], int(m["line"]), m["func"]))
-    if not frames:
-        return Site()
-    f, line, func = frames[0]
-    return Site(f, line, func, tuple(f"{a}:{b} in {c}" for a, b, c in frames[:8]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Raw observations made on the syncing thread (debug detector, API hooks, the fake detector).
-
-@dataclass(frozen=True)
-class Observation:
-    source: str  # "debug", "api" or "fake"
-    site: Site
-    thread: str
-    api: str | None = None  # set by the trace detector and the fake detector
-    kind: str | None = None
-    op: str | None = None
-    marker: str | None = None  # the profiler marker a hook opened around its call
-    allows: tuple = ()  # the allow scopes active in the observing context, innermost last
-    t_ns: int = 0  # perf_counter_ns when observed
-    blocked_us: float | None = None
-    count: int = 1  # e.g. segments one empty_cache() freed
-
-
-Sink = Callable[[Observation], None]
-
+from .attribution import (Site, current_phase, is_internal as _is_internal,  # noqa: F401
+                          is_profiler_frame as is_python_frame, site_from_profiler_stack, user_site)
+from .attribution import _PROFILER_FRAME
+from .routing import Observation, Sink  # noqa: F401
 
 class _SharedState:
     """Process-global state armed once for any number of regions; the last one restores it.
@@ -215,9 +131,16 @@ class DebugHub(_SharedState):
     def _show(self, msg) -> None:
         text = str(msg.message)
         if issubclass(msg.category, UserWarning) and text.startswith(SYNC_WARNING):
+            inside = getattr(_tls, "inside", None)
+            if inside is not None and self.sink is not None:
+                inside.append("cudaStreamSynchronize")  # a wrapped call names this sync itself
+                _tls.debug_saw = True  # ... and says sync-debug mode saw it too
+                return
             sink = self.sink
             handled = sink is not None and sink(Observation(
-                "debug", user_site(), threading.current_thread().name, t_ns=time.perf_counter_ns()))
+                "debug", user_site(), threading.current_thread().name,
+                api="cudaStreamSynchronize", kind=STREAM_SYNC, t_ns=time.perf_counter_ns(),
+                phase=current_phase()))
             if handled:
                 return
             mode = self._saved.get("mode", 0)
@@ -254,16 +177,18 @@ class TraceRecord:
     parent_id: int | None = None  # identity of the innermost op, to pair a copy with its sync
     copies: tuple[str, ...] = ()  # device-side memcpy records of that op, in launch order
     stack: tuple[str, ...] = ()  # profiler Python stack of the nearest op that has one
+    thread: int | None = None  # the profiler's thread id of the call
 
     def to_dict(self) -> dict:
         return {"name": self.name, "start_us": self.start_us, "end_us": self.end_us,
                 "ancestors": list(self.ancestors), "parent_id": self.parent_id,
-                "copies": list(self.copies), "stack": list(self.stack)}
+                "copies": list(self.copies), "stack": list(self.stack), "thread": self.thread}
 
     @classmethod
     def from_dict(cls, d: dict) -> "TraceRecord":
         return cls(d["name"], d["start_us"], d["end_us"], tuple(d.get("ancestors", ())),
-                   d.get("parent_id"), tuple(d.get("copies", ())), tuple(d.get("stack", ())))
+                   d.get("parent_id"), tuple(d.get("copies", ())), tuple(d.get("stack", ())),
+                   d.get("thread"))
 
 
 @dataclass(frozen=True)
@@ -311,15 +236,12 @@ def records_from_profiler(events) -> list[TraceRecord]:
         copies = ()
         if parent is not None and not parent.name.startswith(MARKER):
             copies = tuple(k.name for k in getattr(parent, "kernels", ()) if "Memcpy" in k.name)
+        thread = getattr(e, "thread", None)
         out.append(TraceRecord(e.name, e.time_range.start, e.time_range.end, tuple(ancestors),
-                               id(parent) if parent is not None else None, copies, stack))
+                               id(parent) if parent is not None else None, copies, stack,
+                               thread if isinstance(thread, int) else None))
     out.sort(key=lambda r: r.start_us)
     return out
-
-
-def is_python_frame(name: str) -> bool:
-    """Profiler events for Python calls (``file.py(12): f``, ``<built-in method …>``)."""
-    return name.startswith("<built-in") or bool(_PROFILER_FRAME.match(name))
 
 
 def _direction(copy_name: str) -> str | None:
@@ -406,6 +328,7 @@ class ProfileHub:
     def __init__(self) -> None:
         self.prof = None
         self.owner: int | None = None
+        self.owner_native: int | None = None  # OS thread id, as the profiler records it
         self.open: list[list] = []  # [name, handle] in opening order
 
     def available(self) -> tuple[bool, str | None]:
@@ -431,6 +354,7 @@ class ProfileHub:
             prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
             prof.start()
         self.prof, self.owner = prof, threading.get_ident()
+        self.owner_native = threading.get_native_id()
         for item in self.open:
             item[1] = torch.ops.profiler._record_function_enter_new(item[0], None)
 
@@ -524,17 +448,21 @@ def _hooks():
     """(owner, attribute, label, before, classify(args, kwargs, out, syncs, before))."""
     import torch
 
-    def api(kind):
-        return lambda a, k, out, syncs, before: (kind, syncs[0]) if syncs else None
+    def api(kind, name):
+        # these calls always wait (sync-debug mode does not flag them): no trace needed to know
+        return lambda a, k, out, syncs, before: (kind, name)
 
     def free(a, k, out, syncs, before):
         freed = _num_frees() - before
         return (IMPLICIT_FREE, "cudaFree", freed) if freed > 0 else None
 
     hooks = [
-        (torch.cuda, "synchronize", "torch.cuda.synchronize", None, api(DEVICE_SYNC)),
-        (torch.cuda.Stream, "synchronize", "Stream.synchronize", None, api(STREAM_SYNC)),
-        (torch.cuda.Event, "synchronize", "Event.synchronize", None, api(EVENT_SYNC)),
+        (torch.cuda, "synchronize", "torch.cuda.synchronize", None,
+         api(DEVICE_SYNC, "cudaDeviceSynchronize")),
+        (torch.cuda.Stream, "synchronize", "Stream.synchronize", None,
+         api(STREAM_SYNC, "cudaStreamSynchronize")),
+        (torch.cuda.Event, "synchronize", "Event.synchronize", None,
+         api(EVENT_SYNC, "cudaEventSynchronize")),
         (torch.cuda, "empty_cache", "torch.cuda.empty_cache", _num_frees, free),
         (torch.cuda.memory, "empty_cache", "torch.cuda.empty_cache", _num_frees, free),
         (torch.Tensor, "to", "Tensor.to", None,
@@ -551,37 +479,29 @@ def _hooks():
     ]
     acc = getattr(torch, "accelerator", None)
     if acc is not None and hasattr(acc, "synchronize"):
-        hooks.append((acc, "synchronize", "torch.accelerator.synchronize", None, api(DEVICE_SYNC)))
+        hooks.append((acc, "synchronize", "torch.accelerator.synchronize", None,
+                      api(DEVICE_SYNC, "cudaDeviceSynchronize")))
     return hooks
 
 
 class TraceHub(_SharedState):
-    """Arms the trace detector for as long as any region needs it.
+    """Arms the trace detector's wrappers for as long as any region needs it.
 
-    torch's trace callbacks cannot be unregistered, and activating them cannot be undone: they are
-    registered once per process and do nothing while no region is armed (measured cost of the
-    activation alone: reports/gpu/overhead-*.md). The wrappers are installed while armed only.
+    Thin wrappers on the Python entry points whose syncs need naming (copies, explicit
+    synchronize calls, ``empty_cache``), installed while armed only and restored exactly after:
+    nothing stays behind. A stream sync inside a wrapped call (flagged by sync-debug mode, or by the
+    opt-in ``gpu_trace`` hook) is named by the wrapper instead of being reported twice.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._registered = False
         self._saved: list[tuple[Any, str, bool, Any]] = []
         self.sink: Sink | None = None
         self.active: Callable[[], bool] = lambda: False
         self.around: Callable[[str], Any] | None = None  # profile markers around a wrapped call
 
     def _install(self, sink: Sink, active: Callable[[], bool], around: Callable[[str], Any]) -> None:
-        import torch
-
         self.sink, self.active, self.around = sink, active, around
-        if not self._registered:
-            import torch.cuda._gpu_trace as gt
-            gt.register_callback_for_stream_synchronization(lambda s: self._on_sync("cudaStreamSynchronize"))
-            gt.register_callback_for_device_synchronization(lambda: self._on_sync("cudaDeviceSynchronize"))
-            gt.register_callback_for_event_synchronization(lambda e: self._on_sync("cudaEventSynchronize"))
-            torch._C._activate_gpu_trace()
-            self._registered = True
         for owner, attr, label, before, classify in _hooks():
             own = attr in vars(owner)
             original = vars(owner)[attr] if own else getattr(owner, attr)
@@ -601,21 +521,6 @@ class TraceHub(_SharedState):
         self.sink, self.around = None, None
         self.active = lambda: False
 
-    def _on_sync(self, api: str) -> None:
-        sink = self.sink
-        if sink is None:
-            return
-        inside = getattr(_tls, "inside", None)
-        if inside is not None:
-            inside.append(api)  # the wrapper around this call names it
-            return
-        # A stream sync inside an aten op (item, nonzero, tolist, a mask index...) is torch
-        # waiting for a device-to-host read; the profile detector confirms each in the corpus.
-        kind = {"cudaStreamSynchronize": BLOCKING_COPY_D2H, "cudaDeviceSynchronize": DEVICE_SYNC,
-                "cudaEventSynchronize": EVENT_SYNC}[api]
-        sink(Observation("trace", user_site(), threading.current_thread().name, api=api, kind=kind,
-                         t_ns=time.perf_counter_ns()))
-
     def _wrap(self, fn, label, before, classify):
         hub = self
 
@@ -624,9 +529,10 @@ class TraceHub(_SharedState):
             if hub.sink is None or getattr(_tls, "inside", None) is not None or not hub.active():
                 return fn(*args, **kwargs)
             site = user_site()
+            phase = current_phase()
             state = before() if before else None
             syncs: list[str] = []
-            _tls.inside = syncs
+            _tls.inside, _tls.debug_saw = syncs, False
             out = marker = None
             t0 = time.perf_counter_ns()
             try:
@@ -642,16 +548,64 @@ class TraceHub(_SharedState):
                     count = found[2] if len(found) > 2 else 1
                     sink(Observation("trace", site, threading.current_thread().name, api=api,
                                      kind=kind, marker=marker, t_ns=t0, blocked_us=round(elapsed, 1),
-                                     count=count))
+                                     count=count, phase=phase,
+                                     detail=("debug",) if getattr(_tls, "debug_saw", False) else ()))
             return out
 
         return wrapper
+
+
+class GpuTraceHub(_SharedState):
+    """Opt-in detector ``gpu_trace``: torch's own CUDA trace callbacks (``torch.cuda._gpu_trace``).
+
+    It names stream, device and event syncs on the syncing thread, but it LEAVES A LASTING HOOK:
+    torch's trace callbacks cannot be unregistered and their activation cannot be undone, so once
+    armed they stay for the life of the process (idle while no region is open). Measured on the
+    H200 (issue 12): after such a hook is active, a user's own ``set_sync_debug_mode("error")``
+    raises SystemError instead of RuntimeError. Never part of the default; name it to use it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._registered = False
+        self.sink: Sink | None = None
+
+    def _install(self, sink: Sink) -> None:
+        import torch
+
+        self.sink = sink
+        if not self._registered:
+            import torch.cuda._gpu_trace as gt
+            gt.register_callback_for_stream_synchronization(lambda s: self._on_sync("cudaStreamSynchronize"))
+            gt.register_callback_for_device_synchronization(lambda: self._on_sync("cudaDeviceSynchronize"))
+            gt.register_callback_for_event_synchronization(lambda e: self._on_sync("cudaEventSynchronize"))
+            torch._C._activate_gpu_trace()
+            self._registered = True
+
+    def _restore(self) -> None:
+        self.sink = None
+
+    def _on_sync(self, api: str) -> None:
+        sink = self.sink
+        if sink is None:
+            return
+        inside = getattr(_tls, "inside", None)
+        if inside is not None:
+            inside.append(api)  # the wrapper around this call names it
+            return
+        # A stream sync inside an aten op (item, nonzero, tolist, a mask index...) is torch
+        # waiting for a device-to-host read, as far as this hook can tell.
+        kind = {"cudaStreamSynchronize": BLOCKING_COPY_D2H, "cudaDeviceSynchronize": DEVICE_SYNC,
+                "cudaEventSynchronize": EVENT_SYNC}[api]
+        sink(Observation("gpu_trace", user_site(), threading.current_thread().name, api=api,
+                         kind=kind, t_ns=time.perf_counter_ns(), phase=current_phase()))
 
 
 @dataclass
 class Hubs:
     debug: DebugHub = field(default_factory=DebugHub)
     trace: TraceHub = field(default_factory=TraceHub)
+    gpu_trace: GpuTraceHub = field(default_factory=GpuTraceHub)
     profile: ProfileHub = field(default_factory=ProfileHub)
 
 

@@ -24,9 +24,10 @@ RACE = "race"
 SYNC_KINDS = (STREAM_SYNC, DEVICE_SYNC, EVENT_SYNC, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D,
               PAGEABLE_COPY, IMPLICIT_FREE)
 
-#: the default detectors; "profile" (the PyTorch profiler's runtime trace) is opt-in
-DETECTORS = ("debug", "trace")
-ALL_DETECTORS = ("debug", "trace", "profile")
+#: the default: "auto", the most complete detector available (syncguard.detectors.resolve)
+DETECTORS = ("auto",)
+#: every detector a user may name; "gpu_trace" leaves torch's trace hook active for the process
+ALL_DETECTORS = ("auto", "cuda", "debug", "trace", "gpu_trace", "profile")
 
 
 class SchemaError(ValueError):
@@ -127,6 +128,7 @@ class RegionReport:
     cuda_available: bool = True
     reason: str | None = None  # why less than asked for was recorded (no CUDA, profiler busy…)
     notes: list[str] = field(default_factory=list)
+    detector_reason: str | None = None  # which detectors ran and why (e.g. "auto" resolved)
 
     @property
     def clean(self) -> bool:
@@ -142,6 +144,7 @@ class RegionReport:
             "cuda_available": self.cuda_available,
             "reason": self.reason,
             "notes": list(self.notes),
+            "detector_reason": self.detector_reason,
         }
 
     @classmethod
@@ -155,6 +158,7 @@ class RegionReport:
             cuda_available=bool(data.get("cuda_available", True)),
             reason=data.get("reason"),
             notes=list(data.get("notes", [])),
+            detector_reason=data.get("detector_reason"),
         )
 
     def to_json(self, **kw) -> str:

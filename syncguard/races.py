@@ -57,7 +57,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from .detect import _is_internal, user_site
+from .attribution import is_internal as _is_internal, user_site
 from .events import RACE, RaceEvent
 
 __all__ = ["RaceDetector", "PinnedTracker"]

@@ -6,13 +6,16 @@ probe-2.11.0.json and reports/trace-records-*.json); the debug hub is driven by 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
+import types
 import warnings
 from pathlib import Path
 
 import pytest
 
-from syncguard import detect
+from syncguard import detect, detectors
 from syncguard.detect import TraceRecord, classify
 
 REGION = "syncguard::region#1"
@@ -188,3 +191,231 @@ def test_profiler_stack_attribution_skips_torch_frames():
     tfile = os.path.join(os.path.dirname(torch.__file__), "cuda", "__init__.py")
     site = detect.site_from_profiler_stack([f"{tfile}(12): synchronize", "/u/model.py(41): step"])
     assert (site.filename, site.lineno, site.function) == ("/u/model.py", 41, "step")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cuda detector's plumbing on the CPU. These tests use a FAKE libcupti object and fake
+# callback data built with ctypes: they prove the bookkeeping (subscription refcount, runtime/
+# driver de-duplication, routing, pairing copies with syncs), never GPU behaviour, which
+# tests/gpu/test_real_programs.py checks on the H200 against the profiler's runtime trace.
+
+import ctypes  # noqa: E402
+
+from syncguard import routing  # noqa: E402
+from syncguard.attribution import Site  # noqa: E402
+from syncguard.detectors import cupti as C  # noqa: E402
+from syncguard.testing import marked_line  # noqa: E402
+from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CopyDetail, CuptiHub,  # noqa: E402
+                                      canonical, combine)
+
+
+class FakeLib:
+    """Stands in for libcupti: records calls, returns CUPTI_SUCCESS (or a chosen error)."""
+
+    def __init__(self, subscribe_error=0):
+        self.calls, self.subscribe_error = [], subscribe_error
+
+    def __getattr__(self, name):
+        def fn(*args):
+            self.calls.append(name)
+            return self.subscribe_error if name == "cuptiSubscribe" else 0
+        return fn
+
+
+class FakeHub(CuptiHub):
+    def __init__(self, subscribe_error=0):
+        super().__init__()
+        self.lib = types.SimpleNamespace(lib=FakeLib(subscribe_error), path="fake",
+                                         error_name=lambda c: f"err{c}",
+                                         check=lambda code, what: None)
+        self.table = {(2, 41): ("cudaMemcpyAsync",) + RUNTIME_APIS["cudaMemcpyAsync"],
+                      (2, 131): ("cudaStreamSynchronize",) + RUNTIME_APIS["cudaStreamSynchronize"],
+                      (1, 126): ("cuStreamSynchronize",) + DRIVER_APIS["cuStreamSynchronize"]}
+
+    def unavailable(self):
+        return None
+
+
+class FakeRegion:
+    def __init__(self):
+        self.observations, self.state = [], {}
+        self.report = types.SimpleNamespace(notes=[])
+
+
+def _fire(hub, domain, cbid, site, corr, params=None):
+    data = C.CallbackData(callbackSite=site, correlationId=corr,
+                          functionParams=ctypes.addressof(params) if params is not None else None)
+    hub._callback(None, domain, cbid, ctypes.addressof(data))  # L-FIRE
+
+
+def test_canonical_names_drop_version_suffixes():
+    assert canonical("cudaMemcpyAsync_ptsz_v7000") == "cudaMemcpyAsync_ptsz"
+    assert canonical("cuMemcpyHtoD_v2") == "cuMemcpyHtoD"
+    assert canonical("cudaStreamSynchronize_v3020") == "cudaStreamSynchronize"
+
+
+def test_subscription_is_refcounted_and_fully_undone():
+    """Fake libcupti: two regions, one subscription; the last release unsubscribes."""
+    ap = pytest.importorskip("torch.autograd.profiler")
+    before = ap._prepare_profiler
+    hub, a, b = FakeHub(), FakeRegion(), FakeRegion()
+    hub.acquire(a)
+    hub.acquire(b)
+    assert ap._prepare_profiler.__wrapped__ is before  # a starting profiler gets CUPTI handed over
+    calls = hub.lib.lib.calls
+    assert calls.count("cuptiSubscribe") == 1 and calls.count("cuptiEnableCallback") == 3
+    assert "cuptiEnableDomain" not in calls  # never a whole domain: launches must not call Python
+    hub.release(a)
+    assert hub.subscribed and "cuptiUnsubscribe" not in calls
+    hub.release(b)
+    assert not hub.subscribed and calls.count("cuptiUnsubscribe") == 1
+    assert ap._prepare_profiler is before
+    hub.release(b)  # releasing twice is harmless
+    assert calls.count("cuptiUnsubscribe") == 1
+
+
+def test_subscribe_failure_is_a_clear_unavailable_reason():
+    hub = FakeHub(subscribe_error=39)
+    with pytest.raises(detectors.DetectorUnavailable, match="cuptiSubscribe failed: err39"):
+        hub.acquire(FakeRegion())
+    assert hub.users == 0 and not hub.subscribed
+
+
+def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync():
+    """Fake callback data: a D2H copy then a stream sync whose driver call nests under it."""
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    token = routing.regions.set((region,))
+    try:
+        copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=2, stream=0)
+        sync = C.StreamParams(stream=0)
+        _fire(hub, 2, 41, C.API_ENTER, 1, copy); _fire(hub, 2, 41, C.API_EXIT, 1, copy)
+        _fire(hub, 2, 131, C.API_ENTER, 2, sync)
+        _fire(hub, 1, 126, C.API_ENTER, 3, sync)
+        _fire(hub, 1, 126, C.API_EXIT, 3, sync)
+        _fire(hub, 2, 131, C.API_EXIT, 2, sync)
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert hub.errors == 0
+    assert [o.api for o in region.observations] == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
+    assert region.observations[1].detail.correlation == [2, 3]
+    events, notes = combine(region.observations, {})
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
+    assert events[0][0].lineno == marked_line(__file__, "L-FIRE")  # the innermost user frame
+
+
+def test_threads_without_a_region_are_dropped():
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    sync = C.StreamParams(stream=0)
+    _fire(hub, 2, 131, C.API_ENTER, 1, sync)
+    _fire(hub, 2, 131, C.API_EXIT, 1, sync)
+    hub.release(region)
+    assert region.observations == [] and hub.errors == 0
+
+
+def _obs(api, role, direction=None, is_async=False, kind=None, line=1, corr=1, stream=0):
+    d = CopyDetail(role, direction=direction, is_async=is_async, stream=stream, correlation=[corr])
+    return routing.Observation("cuda", Site("f.py", line, "f"), "MainThread", api=api, kind=kind,
+                               detail=d, blocked_us=1.0)
+
+
+@pytest.mark.parametrize("obs,records,expected", [
+    # async pageable H2D with nothing after it: the host waited for the staging copy
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {1: (1, 1, 3)}, ["pageable_copy"]),
+    # the same copy from pinned memory: no wait
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {1: (1, 2, 3)}, []),
+    # a pageable H2D copy then a stream sync on the same line: one blocking H2D copy
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True),
+      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2)], {1: (1, 1, 3)},
+     ["blocking_copy_h2d"]),
+    # a sync on another line stays a plain stream sync; the copy is judged alone
+    ([_obs("cudaMemcpyAsync", "copy", "d2h", True),
+      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", line=2, corr=2)], {1: (2, 3, 2)},
+     ["stream_sync"]),
+    # device-to-device copies never make the host wait
+    ([_obs("cudaMemcpyAsync", "copy", "d2d", True)], {}, []),
+    # a synchronous cudaMemcpy D2H is a blocking copy by itself
+    ([_obs("cudaMemcpy", "copy", "d2h")], {}, ["blocking_copy_d2h"]),
+    # two frees from one line (empty_cache) are one wait
+    ([_obs("cudaFree", "free", kind="implicit_free"), _obs("cudaFree", "free", kind="implicit_free")],
+     {}, ["implicit_free"]),
+])
+def test_combine_kinds(obs, records, expected):
+    """Recorded-style observations (hand-built, no GPU): the pairing rules only."""
+    events, _ = combine(obs, records)
+    assert [e.kind for e, _, _ in events] == expected
+
+
+def test_copy_with_unknown_host_memory_is_noted_not_guessed():
+    events, notes = combine([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {})
+    assert events == [] and "pageable or pinned is unknown" in notes[0]
+
+
+def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_reach_the_caller():
+    """Fake libcupti; a plain thread with no region stands in for torch's C++ autograd device
+    thread (on the GPU a CUDA backward runs there). While the region's thread waits in
+    run_backward, a sync on that thread goes to the region; after release the engine is restored."""
+    torch = pytest.importorskip("torch")
+    from torch.autograd.variable import Variable
+
+    engine = Variable.__dict__["_execution_engine"]
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    seen = {}
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            def engine_thread():
+                sync = C.StreamParams(stream=0)
+                _fire(hub, 2, 131, C.API_ENTER, 7, sync)
+                _fire(hub, 2, 131, C.API_EXIT, 7, sync)
+            # a bare OS thread, like torch's C++ engine thread (threading never started it)
+            import _thread
+            done = threading.Event()
+            _thread.start_new_thread(lambda: (engine_thread(), done.set()), ())
+            done.wait(10)
+            # a thread the program started itself keeps its syncs: not the backward's
+            t = threading.Thread(target=engine_thread)
+            t.start()
+            t.join()
+            seen["active"] = len(hub.backward.active)
+            return g * 2
+
+    token = routing.regions.set((region,))
+    try:
+        assert type(Variable.__dict__["_execution_engine"]).__name__ == "_EngineProxy"
+        x = torch.ones(3, requires_grad=True)
+        Probe.apply(x).sum().backward()  # L-BACKWARD
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert Variable.__dict__["_execution_engine"] is engine
+    assert torch.equal(x.grad, torch.full((3,), 2.0))  # the proxy changed nothing
+    assert seen["active"] == 1 and hub.backward.active == {}
+    (obs,) = region.observations
+    assert obs.api == "cudaStreamSynchronize" and obs.thread.startswith("autograd engine")
+    # the fake "engine thread" runs Python here, so its own frame is the site (L-FIRE); a C++
+    # engine thread has none, and the backward() line is used instead
+    assert obs.site.lineno in (marked_line(__file__, "L-FIRE"), marked_line(__file__, "L-BACKWARD"))
+
+
+def test_a_sync_seen_by_cuda_and_a_torch_hook_is_one_event():
+    """Hand-built events (no GPU): detectors=('cuda','debug') merge on line and sync class."""
+    from syncguard.detectors.torch_hooks import merge_with_cuda
+    from syncguard.events import SyncEvent
+
+    cu = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py", lineno=3,
+                   detectors=("cuda",))
+    dbg = SyncEvent(api="cudaStreamSynchronize", kind="stream_sync", filename="m.py", lineno=3,
+                    detectors=("debug",))
+    other = dataclasses.replace(dbg, lineno=4)
+    out = merge_with_cuda([(cu, (), None)], [(dbg, (), None), (other, (), None)])
+    assert [(e.kind, e.detectors) for e, _, _ in out] == [
+        ("blocking_copy_d2h", ("cuda", "debug")), ("stream_sync", ("debug",))]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import sys
 import threading
 import types
 
@@ -211,7 +213,8 @@ def test_report_and_event_json_round_trip():
                   ops=("aten::index", "aten::nonzero"), filename="m.py", lineno=3, function="f",
                   stack=("m.py:3 in f",), thread="MainThread", host_blocked_us=12.5,
                   detectors=("debug", "trace"))
-    r = Report(syncs=[e], allowed=[e], detectors=("debug", "trace"), notes=["n"])
+    r = Report(syncs=[e], allowed=[dataclasses.replace(e, phase="compile")], detectors=("cuda",),
+               notes=["n"], detector_reason="cuda: CUPTI callbacks")
     back = Report.from_json(r.to_json())
     assert back == r and back.syncs[0] == e and hash(back.syncs[0]) == hash(e)
 
@@ -226,8 +229,7 @@ def test_report_rejects_bad_json(text, match):
 
 def test_trace_hooks_restore_what_they_wrapped():
     torch = pytest.importorskip("torch")
-    hub = detect.TraceHub()
-    hub._registered = True  # no CUDA trace callbacks on a CPU build: this checks the wrappers only
+    hub = detect.TraceHub()  # wrappers only: torch's _gpu_trace belongs to the opt-in gpu_trace
     before = (torch.cuda.synchronize, torch.cuda.empty_cache, torch.tensor,
               torch.cuda.Event.__dict__["synchronize"], "to" in vars(torch.Tensor))
 
@@ -268,3 +270,166 @@ def _t(dev, pinned=False, numel=4):
 ])
 def test_copy_classification(src, dst, nb, syncs, expected):
     assert detect._copy_observation(src, dst, nb, syncs) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# The detector seam, phases, and torch.compile (CPU; the fake detector stands in for a GPU one)
+
+from syncguard import detectors as registry  # noqa: E402
+
+
+def test_registry_names_every_detector_and_marks_the_lasting_one():
+    names = registry.names()
+    assert {"cuda", "debug", "trace", "gpu_trace", "profile", "fake"} <= set(names)
+    lasting = {n for n in names if registry.get(n).lasting}
+    assert lasting == {"gpu_trace"}  # the only one that cannot be undone: never a default
+    for n in names:
+        assert isinstance(registry.get(n), registry.Detector)
+
+
+def test_auto_resolves_to_cuda_or_says_why_it_fell_back(monkeypatch):
+    monkeypatch.setattr(registry.get("cuda"), "unavailable", lambda: None)
+    names, why = registry.resolve(("auto",))
+    assert names == ("cuda",) and why.startswith("cuda")
+    monkeypatch.setattr(registry.get("cuda"), "unavailable", lambda: "no libcupti for CUDA 12")
+    names, why = registry.resolve(("auto",))
+    assert names == ("debug", "trace") and "no libcupti for CUDA 12" in why
+    # the profiler and CUPTI cannot both be held: a profile region never subscribes
+    names, why = registry.resolve(("auto", "profile"))
+    assert "cuda" not in names and "profile" in names and "profile detector holds CUPTI" in why
+
+
+def test_parse_detectors_accepts_auto_and_cuda():
+    assert parse_detectors("auto") == ("auto",)
+    assert parse_detectors("cuda,profile") == ("cuda", "profile")
+    assert syncguard.events.DETECTORS == ("auto",)
+
+
+def test_phase_events_are_recorded_but_count_only_when_asked(monkeypatch):
+    from syncguard import attribution
+
+    monkeypatch.setattr(attribution, "compiling", lambda: True)
+    with syncguard.forbid(FAKE) as report:
+        fake_sync()
+    assert report.clean and report.allowed[0].phase == "compile"
+    assert "fail_on_phases" in report.allowed[0].reason
+    with pytest.raises(syncguard.SyncError):
+        with syncguard.forbid(FAKE, fail_on_phases="compile") as report:
+            fake_sync()
+    assert report.syncs[0].phase == "compile"
+
+
+def test_fail_on_phases_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown phase"):
+        syncguard.audit(FAKE, fail_on_phases=("run",))
+
+
+def test_graph_capture_setup_is_recognised_by_code_object_not_file_name():
+    """A frame running torch.cuda.graph.__enter__'s code is capture set-up (no GPU needed to
+    test the lookup: the code object is called through a stand-in, never executed by torch)."""
+    torch = pytest.importorskip("torch")
+    from syncguard import attribution
+
+    graphs = sys.modules.get("torch.cuda.graphs") or __import__("torch.cuda.graphs")
+    code = torch.cuda.graphs.graph.__enter__.__code__
+    frame = types.SimpleNamespace(f_code=code, f_back=None)
+    assert attribution.current_phase(frame) == "graph_capture"
+    assert attribution.current_phase(types.SimpleNamespace(f_code=test_fail_on_phases_rejects_unknown.__code__,
+                                                           f_back=None)) == "run"
+    assert graphs is not None
+
+
+def test_allow_audit_forbid_compile_with_fullgraph():
+    torch = pytest.importorskip("torch")
+
+    def f(x):
+        with syncguard.allow("inside compiled code"):
+            y = x * 2
+        with syncguard.audit(FAKE):
+            y = y + 1
+        with syncguard.forbid(FAKE):
+            y = y.sin()
+        return y
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, fullgraph=True, backend="eager")
+    x = torch.ones(3)
+    assert torch.equal(cf(x), f(x))
+    assert syncguard.scope._regions.get() == () and syncguard.scope._allows.get() == ()
+
+
+def test_graph_break_runs_eagerly_and_stays_covered_by_allow():
+    torch = pytest.importorskip("torch")
+
+    def g(x):
+        with syncguard.allow("token count"):
+            y = x * 2
+            torch._dynamo.graph_break()
+            fake_sync()  # L-BREAK
+        return y
+
+    torch._dynamo.reset()
+    cg = torch.compile(g, backend="eager")
+    with syncguard.audit(FAKE) as report:
+        cg(torch.ones(3))
+    assert [e.reason for e in report.allowed] == ["token count"] and report.syncs == []
+    assert report.allowed[0].lineno == line_of("L-BREAK")
+    assert syncguard.scope._allows.get() == ()
+
+
+def test_compile_phase_is_read_from_the_compilers_own_context():
+    """A backend that "syncs" while Dynamo compiles: its event is phase compile, allowed by default."""
+    torch = pytest.importorskip("torch")
+
+    def backend(gm, inputs):
+        fake_sync()  # L-BACKEND
+        return gm
+
+    torch._dynamo.reset()
+    ch = torch.compile(lambda x: x + 1, backend=backend)
+    with syncguard.audit(FAKE) as report:
+        ch(torch.ones(3))
+    assert report.syncs == [] and [e.phase for e in report.allowed] == ["compile"]
+    assert report.allowed[0].lineno == line_of("L-BACKEND")
+
+
+def test_nothing_stays_installed_after_the_last_region():
+    """The reversible detectors restore every hook; no _gpu_trace activation without gpu_trace."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    before = (torch.cuda.synchronize, warnings._showwarnmsg, len(warnings.filters),
+              "to" in vars(torch.Tensor))
+    hub = detect.HUBS.trace
+    hub.arm(lambda o: True, lambda: True, registry.torch_hooks.around)
+    hub.disarm()
+    assert (torch.cuda.synchronize, warnings._showwarnmsg, len(warnings.filters),
+            "to" in vars(torch.Tensor)) == before
+    assert not detect.HUBS.gpu_trace._registered
+
+
+def test_a_thread_started_and_ended_inside_a_region_is_noticed_and_start_is_restored():
+    """Why: such a thread is invisible to active_count() at both ends, and its profile records
+    (no host op) or allocator frees must not be charged to the region."""
+    from syncguard.detectors import torch_hooks
+
+    original = threading.Thread.start
+
+    class Quiet:
+        state: dict = {}
+
+        def single_threaded(self):
+            return True
+
+    alone, busy = Quiet(), Quiet()
+    alone.state, busy.state = {}, {}
+    torch_hooks.watch_threads(alone)
+    torch_hooks.unwatch_threads(alone)
+    torch_hooks.watch_threads(busy)
+    assert threading.Thread.start is not original
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    torch_hooks.unwatch_threads(busy)
+    assert alone.state["ran_alone"] is True and busy.state["ran_alone"] is False
+    assert threading.Thread.start is original

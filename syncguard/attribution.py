@@ -1,0 +1,192 @@
+"""Attribution: which line of the user's code a sync belongs to, and in which phase it happened.
+
+One module serves every detector, ``races`` and ``cpupath``, so that "the user's frame" means the
+same thing everywhere: the innermost frame outside torch, syncguard and the stdlib glue
+(contextlib, warnings, threading, functools).
+
+The phase says whether the user's program made the sync while running (``"run"``), while
+torch.compile's Dynamo/Inductor compiled it (``"compile"``, read from the compiler's own
+per-thread compile context), or while setting up a CUDA graph capture (``"graph_capture"``,
+recognised by the code objects of ``torch.cuda.graph.__enter__`` and ``make_graphed_callables``
+on the stack, never by file names). Nothing here calls CUDA: it runs inside CUPTI callbacks, where
+a CUDA call can hang, and during stream capture, where most are illegal.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Iterable
+
+RUN, COMPILE, GRAPH_CAPTURE = "run", "compile", "graph_capture"
+PHASES = (RUN, COMPILE, GRAPH_CAPTURE)
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SKIP_FILES = ("contextlib.py", "warnings.py", "threading.py", "functools.py")
+_torch_dir: str | None = None
+_internal_cache: dict[str, bool] = {}
+
+
+def _torch_prefix() -> str | None:
+    global _torch_dir
+    if _torch_dir is None:
+        mod = sys.modules.get("torch")
+        if mod is None or not getattr(mod, "__file__", None):
+            return None
+        _torch_dir = os.path.dirname(os.path.abspath(mod.__file__)) + os.sep
+    return _torch_dir
+
+
+def is_internal(filename: str) -> bool:
+    """True for frames that are not the user's: torch, syncguard, stdlib glue, generated code."""
+    hit = _internal_cache.get(filename)
+    if hit is not None:
+        return hit
+    if filename.startswith("<"):
+        return True  # not cached: "<string>" and friends are cheap to test
+    path = os.path.abspath(filename)
+    internal = path.startswith(_PKG_DIR) or os.path.basename(path) in _SKIP_FILES
+    tdir = _torch_prefix()
+    internal = internal or bool(tdir and path.startswith(tdir))
+    if tdir is not None:  # before torch is imported the answer may still change
+        _internal_cache[filename] = internal
+    return internal
+
+
+@dataclass(frozen=True)
+class Site:
+    filename: str | None = None
+    lineno: int | None = None
+    function: str | None = None
+    stack: tuple[str, ...] = ()
+
+
+def user_frame(frame=None):
+    """The innermost frame of the user's code at or above ``frame`` (the caller's by default)."""
+    f = frame if frame is not None else sys._getframe(1)
+    while f is not None and is_internal(f.f_code.co_filename):
+        f = f.f_back
+    return f
+
+
+def user_site(frame=None, depth: int = 8) -> Site:
+    """The caller's site, skipping torch and syncguard frames, with a short stack above it."""
+    f = user_frame(frame if frame is not None else sys._getframe(1))
+    if f is None:
+        return Site()
+    first = f
+    stack = []
+    while f is not None and len(stack) < depth:
+        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        f = f.f_back
+    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
+
+
+_PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def site_from_profiler_stack(entries: Iterable[str]) -> Site:
+    """Profiler stacks read ``file.py(12): func``, innermost first."""
+    frames = []
+    for entry in entries:
+        m = _PROFILER_FRAME.match(entry)
+        if m and not is_internal(m["file"]):
+            frames.append((m["file"], int(m["line"]), m["func"]))
+    if not frames:
+        return Site()
+    f, line, func = frames[0]
+    return Site(f, line, func, tuple(f"{a}:{b} in {c}" for a, b, c in frames[:8]))
+
+
+def is_profiler_frame(name: str) -> bool:
+    """Profiler events for Python calls (``file.py(12): f``, ``<built-in method …>``)."""
+    return name.startswith("<built-in") or bool(_PROFILER_FRAME.match(name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases
+
+_capture_codes: frozenset | None = None
+
+
+def _graph_setup_codes() -> frozenset:
+    """Code objects whose frames on the stack mean "setting up a CUDA graph capture"."""
+    global _capture_codes
+    if _capture_codes is None:
+        graphs = sys.modules.get("torch.cuda.graphs")
+        if graphs is None:
+            return frozenset()  # torch.cuda.graphs not imported yet: no capture can be under way
+        codes = []
+        for owner, name in ((getattr(graphs, "graph", None), "__enter__"),
+                            (graphs, "make_graphed_callables")):
+            fn = getattr(owner, name, None) if owner is not None else None
+            fn = getattr(fn, "__wrapped__", fn)
+            code = getattr(fn, "__code__", None)
+            if code is not None:
+                codes.append(code)
+        _capture_codes = frozenset(codes)
+    return _capture_codes
+
+
+def compiling() -> bool:
+    """Whether this thread is inside a torch.compile compilation (Dynamo tracing or the backend).
+
+    Reads torch's own per-thread ``CompileContext``, which Dynamo holds for a frame's whole
+    compilation (tracing, then Inductor). Not ``torch.compiler.is_compiling()``: at run time that
+    reads a process-global flag (another thread compiling would mark this thread's syncs), and
+    it costs a ``torch.jit.is_scripting()`` call per sync.
+    """
+    guards = sys.modules.get("torch._guards")
+    ctx = getattr(guards, "CompileContext", None) if guards is not None else None
+    if ctx is None:
+        return False
+    try:
+        return ctx.try_get() is not None
+    except Exception:
+        return False
+
+
+def is_tracing() -> bool:
+    """``torch.compiler.is_compiling()`` on every supported torch (Dynamo constant-folds it)."""
+    # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute
+    # lookup would import one on every call (measured: ~100 us); not imported = not compiling
+    comp = sys.modules.get("torch.compiler")
+    fn = getattr(comp, "is_compiling", None)
+    if fn is None:
+        dyn = sys.modules.get("torch._dynamo")
+        fn = getattr(dyn, "is_compiling", None)
+    try:
+        return bool(fn()) if fn is not None else False
+    except Exception:
+        return False
+
+
+def current_phase(frame=None) -> str:
+    """The phase of the sync being made now on this thread (see the module docstring).
+
+    Capture set-up is found between the sync and the user's frame (the user's ``with
+    torch.cuda.graph(g):`` calls ``__enter__``, which syncs), so only torch's frames are walked.
+    """
+    return site_and_phase(frame if frame is not None else sys._getframe(1), site=False)[1]
+
+
+def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | None, str]:
+    """:func:`user_site` and :func:`current_phase` in one walk up the stack (the cuda detector
+    calls this inside CUPTI callbacks, where every microsecond is paid per copy)."""
+    codes = _graph_setup_codes()
+    phase = COMPILE if compiling() else RUN
+    f = frame
+    while f is not None and is_internal(f.f_code.co_filename):
+        if phase == RUN and f.f_code in codes:
+            phase = GRAPH_CAPTURE
+        f = f.f_back
+    if not site:
+        return None, phase
+    if f is None:
+        return Site(), phase
+    first, stack = f, []
+    while f is not None and len(stack) < depth:
+        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        f = f.f_back
+    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack)), phase

@@ -1,0 +1,90 @@
+"""The detector seam: one small protocol, one registry.
+
+A detector is one module with one class implementing :class:`Detector`, registered here by name.
+A region arms the detectors it was asked for (in registry order), routes their observations
+through :mod:`syncguard.routing`, disarms them in reverse, and asks each to turn what it saw into
+events (``finish``), each detector receiving the events of those before it so that two views of
+one sync (sync-debug mode's warning and a wrapper's copy kind) become one event. Adding a detector
+touches its module plus one line in :func:`_builtin`.
+
+``auto`` (the default) means the most complete detector available: ``cuda`` (CUPTI callbacks) when
+it can subscribe, else the reversible torch-hook detectors ``debug`` and ``trace``. The region's
+report names what ran and why.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+AUTO = "auto"
+#: what ``auto`` falls back to when the cuda detector cannot run: reversible, no lasting hook
+FALLBACK = ("debug", "trace")
+
+
+class DetectorUnavailable(RuntimeError):
+    """Raised by ``arm`` when the detector cannot run now; the message is the one-line reason."""
+
+
+@runtime_checkable
+class Detector(Protocol):
+    name: str
+    order: int  # finish() runs in this order; lower first
+    lasting: bool  # True: leaves a hook in the process after the last region (opt-in only)
+
+    def unavailable(self) -> str | None:
+        """Why this detector cannot run in this process now, or None."""
+
+    def arm(self, region: Any) -> None:
+        """Start observing for ``region``; raise DetectorUnavailable with a reason if it cannot."""
+
+    def disarm(self, region: Any) -> None:
+        """Stop observing for ``region``; the last region restores everything arm changed."""
+
+    def finish(self, region: Any, found: list) -> list:
+        """``found`` plus this detector's events: a list of (SyncEvent, allows, marker)."""
+
+
+_registry: dict[str, Detector] = {}
+
+
+def register(detector: Detector) -> Detector:
+    if detector.name in _registry or detector.name == AUTO:
+        raise ValueError(f"detector {detector.name!r} is already registered")
+    _registry[detector.name] = detector
+    return detector
+
+
+def _builtin() -> None:
+    if _registry:
+        return
+    from .torch_hooks import Debug, Fake, GpuTrace, Profile, Trace
+    from .cuda import Cuda
+
+    for det in (Fake(), Cuda(), Debug(), Trace(), GpuTrace(), Profile()):
+        register(det)
+
+
+def names() -> tuple[str, ...]:
+    _builtin()
+    return tuple(_registry)
+
+
+def get(name: str) -> Detector:
+    _builtin()
+    return _registry[name]
+
+
+def ordered(selected) -> list[Detector]:
+    _builtin()
+    return sorted((_registry[n] for n in selected), key=lambda d: d.order)
+
+
+def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """Replace ``auto`` by the most complete detector available; the reason says what was chosen."""
+    if AUTO not in requested:
+        return requested, None
+    rest = tuple(n for n in requested if n != AUTO)
+    # the profiler and the cuda detector cannot both hold CUPTI (one subscriber per process)
+    why = "the profile detector holds CUPTI" if "profile" in rest else get("cuda").unavailable()
+    if why is None:
+        return tuple(dict.fromkeys(("cuda",) + rest)), "cuda: CUPTI callbacks on the CUDA runtime and driver"
+    return tuple(dict.fromkeys(FALLBACK + rest)), f"{','.join(FALLBACK)}: cuda detector unavailable ({why})"

@@ -1,0 +1,164 @@
+"""Pageable or pinned: how the cuda detector tells, for an async host<->device copy.
+
+It matters only for an async copy that no stream sync follows: CUDA stages pageable memory
+synchronously (the host waits), pinned memory not. The CUPTI callback cannot ask (a CUDA call in
+a callback hung the process, NOTES), so the answer comes later, outside every callback:
+
+* ``pointer`` (default): ``cudaPointerGetAttributes`` on the copy's host pointer when the region
+  exits, on the region's thread, through the libcudart torch loaded. Skipped while that thread's
+  current stream captures a graph. A pinned block freed with ``cudaFreeHost`` before the region
+  exits would read as pageable; torch's host allocator keeps its blocks cached, so this needs an
+  explicit ``torch.cuda.empty_host_cache()`` (or a user's own ``cudaFreeHost``) inside the region.
+* ``activity``: CUPTI's MEMCPY activity records (``srcKind``/``dstKind``), matched by
+  correlation id and flushed at region exit. Exact, no CUDA call at all, but measured costlier.
+
+Both agreed with the profiler's runtime trace on every op measured (reports/probes/run2).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from . import cupti as C
+
+COPY = "copy"
+
+
+class ActivityRecords:
+    """CUPTI MEMCPY activity records by correlation id, collected while enabled."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, tuple[int, int, int]] = {}  # correlation id -> copy, src, dst kinds
+        self.on = False
+        self.errors = 0
+        self._lock = threading.Lock()
+        self._buffers: dict[int, object] = {}
+        self._registered = False
+        self._lib = None
+        self._req = C.BUFFER_REQUESTED(self._buffer_requested)
+        self._done = C.BUFFER_COMPLETED(self._buffer_completed)
+
+    def enable(self, lib) -> None:
+        """Register (once per process: CUPTI keeps one pair of buffer callbacks) and enable."""
+        self._lib = lib
+        if not self._registered:
+            lib.check(lib.lib.cuptiActivityRegisterCallbacks(self._req, self._done),
+                      "cuptiActivityRegisterCallbacks")
+            self._registered = True
+        lib.check(lib.lib.cuptiActivityEnable(C.ACTIVITY_KIND_MEMCPY), "cuptiActivityEnable")
+        self.on = True
+
+    def flush(self) -> None:
+        if self.on:
+            self._lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+
+    def disable(self) -> None:
+        if self.on:
+            self.on = False
+            self._lib.lib.cuptiActivityDisable(C.ACTIVITY_KIND_MEMCPY)
+            self._lib.lib.cuptiActivityFlushAll(C.ACTIVITY_FLAG_FLUSH_FORCED)
+
+    def _buffer_requested(self, buf_pp, size_p, max_p) -> None:
+        try:
+            size = 1 << 20
+            buf = ctypes.create_string_buffer(size + 8)
+            addr = (ctypes.addressof(buf) + 7) & ~7  # CUPTI wants 8-byte aligned buffers
+            with self._lock:
+                self._buffers[addr] = buf
+            buf_pp[0], size_p[0], max_p[0] = addr, size, 0
+        except BaseException:
+            self.errors += 1
+            buf_pp[0], size_p[0] = None, 0
+
+    def _buffer_completed(self, ctx, stream_id, buf, size, valid) -> None:
+        try:
+            rec = ctypes.c_void_p()
+            while self._lib.lib.cuptiActivityGetNextRecord(buf, valid, ctypes.byref(rec)) == C.SUCCESS:
+                head = C.ActivityMemcpyHead.from_address(rec.value)
+                if head.kind == C.ACTIVITY_KIND_MEMCPY:
+                    kinds = (head.copyKind, head.srcKind, head.dstKind)
+                    self.records[head.correlationId] = kinds
+                    if head.runtimeCorrelationId:
+                        self.records[head.runtimeCorrelationId] = kinds
+        except BaseException:
+            self.errors += 1
+        finally:
+            with self._lock:
+                self._buffers.pop(buf, None)
+
+
+class _PointerAttributes(ctypes.Structure):
+    # newer runtimes append reserved words: room for them, never a write past our buffer
+    _fields_ = [("type", ctypes.c_int), ("device", ctypes.c_int),
+                ("devicePointer", ctypes.c_void_p), ("hostPointer", ctypes.c_void_p),
+                ("reserved", ctypes.c_long * 16)]
+
+
+_cudart = None
+
+
+def _load_cudart():
+    """The libcudart torch mapped (so the same runtime answers), for cudaPointerGetAttributes."""
+    global _cudart
+    if _cudart is None:
+        path = None
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libcudart.so" in line:
+                    path = line.split()[-1]
+                    break
+        lib = ctypes.CDLL(path or "libcudart.so")
+        lib.cudaPointerGetAttributes.argtypes = [ctypes.POINTER(_PointerAttributes), ctypes.c_void_p]
+        _cudart = lib
+    return _cudart
+
+
+def pointer_records(obs) -> dict:
+    """Activity-shaped records (copy, src, dst kinds) for the unpaired async copies of ``obs``,
+    asked of the runtime now (the region is exiting; no callback is running)."""
+    wanted = [o for o in obs if o.detail is not None and o.detail.role == COPY and o.detail.is_async
+              and o.detail.host_ptr]
+    if not wanted:
+        return {}
+    try:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return {}
+        lib = _load_cudart()
+    except Exception:
+        return {}
+    out, seen = {}, {}
+    for o in wanted:
+        ptr = o.detail.host_ptr
+        host = seen.get(ptr)
+        if host is None:  # torch's host allocator reuses its pinned blocks: ask once per pointer
+            attr = _PointerAttributes()
+            if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
+                lib.cudaGetLastError()  # leave no error behind for torch's next launch check
+                continue
+            host = seen[ptr] = 2 if attr.type in (1, 3) else 1  # registered/managed: pinned
+        copy = 1 if o.detail.direction == "h2d" else 2
+        out[o.detail.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
+    return out
+
+
+def host_kind(detail, direction: str, records) -> str | None:
+    """pageable / pinned / ... for the host side of a copy, or None when no record says."""
+    for cid in detail.correlation:
+        rec = records.get(cid)
+        if rec:
+            _copy, src, dst = rec
+            return C.MEMORY_KIND.get(src if direction == "h2d" else dst)
+    return None
+
+
+def copy_direction(detail, records) -> str | None:
+    """The call's own direction, else the activity record's copyKind (cudaMemcpyDefault)."""
+    if detail.direction:
+        return detail.direction
+    for cid in detail.correlation:
+        rec = records.get(cid)
+        if rec:
+            return C.COPY_KIND.get(rec[0])
+    return None

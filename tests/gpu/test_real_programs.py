@@ -1,0 +1,117 @@
+"""The cuda detector and the region API inside real programs, on a real GPU (issues 12 and 13).
+
+Each scenario of tests/gpu/scenarios.py runs in a fresh process; its JSON result is judged here.
+Kinds are judged against the profiler's runtime trace recorded in the same process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cuda():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+if not _cuda():
+    pytest.skip("needs CUDA", allow_module_level=True)
+
+
+def run(name, tmp_path, tag="", **extra_env):
+    out = tmp_path / f"{name}{tag}.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               **extra_env)
+    proc = subprocess.run([sys.executable, "-m", "tests.gpu.scenarios", name, str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    keep = os.environ.get("SYNCGUARD_SCENARIO_DIR")
+    assert out.exists(), proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"{name}{tag}.json"), "w") as f:
+            json.dump(data, f, indent=1)
+    assert data["ok"], data.get("error")
+    return data
+
+
+RT = "builtins.RuntimeError"
+
+
+def test_user_error_mode_raises_runtime_error_after_and_inside_an_audit(tmp_path):
+    d = run("error_mode", tmp_path)
+    assert d["detectors"] == ["cuda"]
+    assert d["after_audit"] == RT and d["inside_audit"] == RT
+    assert d["state_equal_after"], (d["state_before"], d["state_after"])
+
+
+def test_oom_and_argument_errors_keep_their_type(tmp_path):
+    d = run("exception_types", tmp_path)
+    assert d["oom_bare"] == "torch.OutOfMemoryError"
+    assert d["oom_inside"] == d["oom_after"] == d["oom_bare"]
+    assert d["arg_bare"] == RT
+    assert d["arg_inside"] == d["arg_after"] == RT
+
+
+@pytest.mark.parametrize("hostmem", ["activity", "pointer"])
+def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem):
+    d = run("kinds", tmp_path, f"-{hostmem}", SYNCGUARD_CUDA_HOSTMEM=hostmem)
+    assert all(v["detectors"] == ["cuda"] for v in d["ops"].values())
+    bad = {k: v for k, v in d["ops"].items() if v["cuda"] != v["profile"] or not v["lines_ok"]}
+    assert not bad, json.dumps(bad, indent=1)
+
+
+def test_other_threads_syncs_stay_in_their_own_region(tmp_path):
+    d = run("threads", tmp_path)
+    assert d["main_events"] == [] and d["main2_events"] == []
+    assert len(d["worker_events"]) == 20
+    assert {e["thread"] for e in d["worker_events"]} == {"bg"}
+
+
+def test_a_profiler_opened_inside_a_region_still_records(tmp_path):
+    d = run("profiler_inside", tmp_path)
+    assert d["profiler_saw_sync"]
+    assert any("torch.profiler started" in n for n in d["notes"])
+    assert len(d["events"]) >= 2  # before (cuda) and after (debug) the profiler
+    assert d["later_detectors"][:1] != ["cuda"] and d["later_reason"]
+    assert d["later_events"]
+
+
+def test_after_the_profiler_ran_first_the_region_falls_back_and_says_why(tmp_path):
+    d = run("profiler_first", tmp_path)
+    assert d["detectors"] == ["debug", "trace"] and "cuda" in d["reason"]
+    assert d["events"]
+
+
+def test_compile_inside_a_region_is_a_compile_phase_and_fullgraph_works(tmp_path):
+    d = run("compile_phase", tmp_path)
+    assert d["first_clean"], d["first_call"]
+    assert all(e["phase"] == "compile" for e in d["first_call"])
+    assert d["steady"] == []
+    assert all(p == "compile" for p in d["counted"])
+
+
+def test_graph_capture_setup_is_its_own_phase_and_capture_is_unharmed(tmp_path):
+    d = run("graph_capture", tmp_path)
+    assert d["capture_clean"], d["capture"]
+    assert d["capture"] and all(e["phase"] == "graph_capture" for e in d["capture"])
+    assert d["replay"] == [] and d["replay_ok"]
+    assert d["item_in_capture"] is not None  # the user's own capture error, not ours
+
+
+def test_syncs_in_a_cuda_backward_pass_reach_the_callers_region(tmp_path):
+    d = run("backward", tmp_path)
+    assert [e["kind"] for e in d["events"]] == ["blocking_copy_d2h"], d
+    (e,) = d["events"]
+    assert e["line"] == d["py_backward_line"] and e["thread"].startswith("autograd engine")
+    assert d["engine_restored"]
