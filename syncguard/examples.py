@@ -12,21 +12,35 @@ import functools
 
 import pytest
 
+from .aggregate import split
+from .codescope import EVERYWHERE, CodeScope
 from .events import RegionReport, SyncError, SyncEvent
 from .explain import group_by_site
 from .options import Plan
-from .scope import audit, forbid
+from .scope import audit
 
 
-def wrap_examples(item: pytest.Item, plan: Plan,
-                  stack: contextlib.ExitStack) -> list[RegionReport] | None:
+def scoped_forbid(detectors, races: bool, codescope: CodeScope):
+    """``forbid()`` that raises only for syncs inside the code scope (and races)."""
+    @contextlib.contextmanager
+    def region(detectors=detectors, races=races):
+        with audit(detectors, races=races) as rep:
+            yield rep
+        inside = [e for e, _ in split(rep.syncs, codescope)[0]]
+        if inside or rep.races:
+            raise SyncError(dataclasses.replace(rep, syncs=inside))
+    return region
+
+
+def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
+                  codescope: CodeScope = EVERYWHERE) -> list[RegionReport] | None:
     """Audit each example of a hypothesis test (undone by ``stack``); None for other tests."""
     obj = getattr(item, "obj", None)
     handle = getattr(obj, "hypothesis", None)
     if not getattr(obj, "is_hypothesis_test", False) or handle is None:
         return None
     original, reports = handle.inner_test, []
-    region = forbid if plan.mode == "fail" else audit
+    region = scoped_forbid(plan.detectors, plan.races, codescope) if plan.mode == "fail" else audit
 
     @functools.wraps(original)
     def inner(*args, **kwargs):

@@ -13,14 +13,15 @@ from typing import Any, Callable
 
 import pytest
 
+from .codescope import split_list
 from .detect import SYNC_APIS
 from .events import DETECTORS as DEFAULT_DETECTORS
 from .scope import allow, parse_detectors
 
 MODES = ("fail", "warn", "record")
 MARKERS = (
-    "syncguard(mode=None, detectors=None, races=None): audit this test even without --syncguard, "
-    "optionally overriding the session's options",
+    "syncguard(mode=None, detectors=None, races=None, scope=None, ignore=None): audit this test "
+    "even without --syncguard, optionally overriding the session's options",
     "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
     "reason is required",
     "no_syncguard: never audit this test",
@@ -40,6 +41,10 @@ class Settings:
     require_cuda: bool = False
     warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
     child: str | None = None  # internal: this process is an --syncguard-isolate child
+    scope: tuple[str, ...] = ()  # paths or packages; () = the default scope (codescope.py)
+    ignore: tuple[str, ...] = ()
+    keep_events: bool = False
+    max_stacks: int = 5000
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
@@ -76,6 +81,23 @@ def _path(value: Any, where: str) -> str:
     return str(value)
 
 
+def _list(value: Any, where: str) -> tuple[str, ...]:
+    items = split_list(value)
+    if not items:
+        raise ValueError(f"{where}: {value!r} names no path or package")
+    return items
+
+
+def _count(value: Any, where: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"{where}: {value!r} is not a whole number >= 0")
+    return n
+
+
 #: (flag, dest, parser, default, argparse keywords, help). The ini twin is named ``dest``.
 OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] = (
     ("--syncguard", "syncguard", _bool, False, dict(action="store_true", default=None),
@@ -95,12 +117,23 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
     ("--syncguard-require-cuda", "syncguard_require_cuda", _bool, False,
      dict(action="store_true", default=None),
      "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
+    ("--syncguard-scope", "syncguard_scope", _list, (), dict(metavar="PATH_OR_PACKAGE[,...]"),
+     "only syncs with a frame inside these paths/packages count against a test; others are "
+     "reported as outside scope ('*': every sync counts; none given: src/ or the top-level "
+     "packages under rootdir, without test files and conftest.py)"),
+    ("--syncguard-ignore", "syncguard_ignore", _list, (), dict(metavar="PATH[,...]"),
+     "leave these paths (e.g. test utilities) out of the scope"),
+    ("--syncguard-keep-events", "syncguard_keep_events", _bool, False,
+     dict(action="store_true", default=None),
+     "also store every sync event in the report (debugging; reports grow with events)"),
+    ("--syncguard-max-stacks", "syncguard_max_stacks", _count, 5000, dict(metavar="N"),
+     "site records that keep their first stack in the report"),
 )
 
 
 def _default_text(default: Any) -> str:
     if isinstance(default, tuple):
-        return ",".join(default)
+        return ",".join(default) or "none"
     return "off" if default in (False, None) else str(default)
 
 
@@ -134,6 +167,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],
+            scope=values["syncguard_scope"], ignore=values["syncguard_ignore"],
+            keep_events=values["syncguard_keep_events"], max_stacks=values["syncguard_max_stacks"],
             warmup=pick("syncguard_warmup", _warmup, None),
             child=config.getoption("syncguard_child", None),
         )
@@ -158,9 +193,15 @@ class AllowSpec:
 
 
 def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
-                     races: bool | None = None) -> dict[str, Any]:
-    """``@pytest.mark.syncguard(mode=, detectors=, races=)``: opt in and override options."""
+                     races: bool | None = None, scope: Any = None,
+                     ignore: Any = None) -> dict[str, Any]:
+    """``@pytest.mark.syncguard(mode=, detectors=, races=, scope=, ignore=)``: opt in and
+    override options (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
     out: dict[str, Any] = {}
+    if scope is not None:
+        out["scope"] = _list(scope, "scope")
+    if ignore is not None:
+        out["ignore"] = _list(ignore, "ignore")
     if mode is not None:
         out["mode"] = _mode(mode, "mode")
     if detectors is not None:
@@ -192,6 +233,8 @@ class Plan:
     races: bool
     allows: tuple[AllowSpec, ...] = ()
     reason: str | None = None  # why not audited
+    scope: tuple[str, ...] = ()  # as Settings.scope; resolved by the session (codescope.resolve)
+    ignore: tuple[str, ...] = ()
 
 
 def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
@@ -202,7 +245,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
         except (TypeError, ValueError) as e:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{mark.name}: {e}") from None
 
-    opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races}
+    opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races,
+            "scope": settings.scope, "ignore": settings.ignore}
     marks = list(item.iter_markers("syncguard"))
     for m in reversed(marks):  # closest marker wins
         opts.update(parse(m, syncguard_marker))

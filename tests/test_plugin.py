@@ -384,7 +384,7 @@ def test_report_schema_and_no_cuda(pytester, run):
     assert (t["test_skipped"]["outcome"], t["test_skipped"]["audit"]) == ("skipped", "off")
     assert t["test_xf"]["outcome"] == "xfailed"
     assert doc["summary"] == {"tests": 3, "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
-                              "not_audited": 2}
+                              "not_audited": 2, "syncs": 0, "outside_scope": 0}
     res.stdout.fnmatch_lines(["*2 not audited (no CUDA)*",
                               "not audited because: CUDA is not available*"])
     assert not list((pytester.path / "sub").glob(".r.json.*"))  # no temp file left behind
