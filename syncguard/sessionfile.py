@@ -265,7 +265,7 @@ class SessionFile:
         tests = list(tests)
         frames, packed = pack_stacks(tests, self.max_stacks)
         self.doc.update(complete=complete, summary=summarize(tests), frames=frames, tests=packed)
-        write_atomic(self.path, json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
+        write_atomic(self.path, render_document(self.doc))
         self.last_write = time.monotonic()
 
     def write_now_and_then(self, tests: Iterable[TestEntry]) -> None:
@@ -286,6 +286,21 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
     except UnicodeDecodeError as e:
         raise SchemaError(f"{path}: not a JSON text file (byte {e.start} is not UTF-8)") from None
     return parse_json(text, str(path))
+
+
+def render_document(doc: dict[str, Any]) -> str:
+    """The document as JSON text: the header indented, then one line per frame and per test.
+
+    Why not ``indent=1`` throughout: it spends a line on every list item, which doubled the size
+    of a large report (bench/bench_report_size.py); one line per test keeps diffs per test.
+    """
+    head = json.dumps({k: v for k, v in doc.items() if k not in ("frames", "tests")}, indent=1)
+
+    def block(name: str) -> str:
+        return f' "{name}": [' + ",".join(
+            "\n  " + json.dumps(x, separators=(",", ":")) for x in doc.get(name, [])) + "]"
+
+    return head[:-2] + ",\n" + block("frames") + ",\n" + block("tests") + "\n}\n"
 
 
 def pack_stacks(tests: Iterable[TestEntry], max_stacks: int = MAX_STACKS
