@@ -51,6 +51,12 @@ class SiteRecord:
         return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
 
     @property
+    def phase(self) -> str:
+        """"run" when every sync was made running; else the first other phase seen
+        (compile, graph_capture), as SyncEvent.phase names it."""
+        return next((p for p in self.phases if p != "run"), "run")
+
+    @property
     def host_blocked_us(self) -> float | None:
         """The worst single wait: what the failure table shows as "blocked"."""
         return self.blocked_us_max
@@ -81,11 +87,6 @@ class SiteRecord:
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(SiteRecord))
 
 
-def _phase(e: SyncEvent) -> str:
-    # SyncEvent gains ``phase`` on the detector branch; until then every sync is a "run" sync
-    return getattr(e, "phase", None) or "run"
-
-
 class _Builder:
     """Accumulates the events of one site (mutable while counting; frozen when done)."""
 
@@ -103,8 +104,7 @@ class _Builder:
         if e.host_blocked_us is not None:
             self.total = (self.total or 0.0) + e.host_blocked_us
             self.worst = max(self.worst or 0.0, e.host_blocked_us)
-        p = _phase(e)
-        self.phases[p] = self.phases.get(p, 0) + 1
+        self.phases[e.phase] = self.phases.get(e.phase, 0) + 1
         self.detectors.update(dict.fromkeys(e.detectors))
 
     def record(self) -> SiteRecord:
@@ -136,12 +136,13 @@ def split(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
 
 
 def records(attributed: Iterable[tuple[SyncEvent, Attribution]]) -> list[SiteRecord]:
-    """One record per (site, kind, API, op), in first-seen order."""
+    """One record per (site, kind, API, op, allow reason), in first-seen order: syncs allowed
+    for different reasons (an allow(), a phase that does not fail) stay apart."""
     builders: dict[tuple, _Builder] = {}
     for e, how in attributed:
         site = how.counted
         where = (site.filename, site.lineno) if site is not None else (e.filename, e.lineno)
-        key = (*where, e.kind, e.api, e.op)
+        key = (*where, e.kind, e.api, e.op, e.reason)
         b = builders.get(key)
         if b is None:
             b = builders[key] = _Builder(e, how)

@@ -25,6 +25,10 @@ HINTS = {
     "free": "avoid torch.cuda.empty_cache() in the hot path",
     "wait": "wait on an event/stream instead of the whole device",
     "default": "remove the sync, or allow(...) it with a reason",
+    "compile": "torch.compile syncs while it traces and compiles (first call only): warm the "
+               "model up before the audited part, e.g. in pytest_syncguard_warmup",
+    "graph_capture": "CUDA-graph capture syncs while it warms up and records (once): capture "
+                     "before the audited part; replays do not sync",
 }
 
 
@@ -36,6 +40,8 @@ def source_line(event: SyncEvent | SiteRecord) -> str:
 
 def hint_for(event: SyncEvent | SiteRecord) -> str:
     """One line saying how such a sync is usually removed; the default names allow()."""
+    if event.phase in HINTS:  # compile / graph_capture: the phase, not the op, explains it
+        return HINTS[event.phase]
     ops = tuple(event.ops) + ((event.op,) if event.op else ())
     src = source_line(event)
     if "aten::repeat_interleave" in ops or "repeat_interleave" in src:
@@ -193,6 +199,13 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
         n_sites = len({(r.kind, r.api, r.op, r.filename, r.lineno) for t in tests for r in t.outside})
         lines.append(f"outside scope (not failing): {n} sync(s) at {n_sites} site(s); top:")
         lines += outside
+    shown = [(t, r) for t in tests for r in t.allowed if r.phase != "run"]
+    if shown:
+        lines.append(f"{len(shown)} sync site(s) while compiling or capturing CUDA graphs "
+                     "(shown, not failing; --syncguard-fail-on-phase makes them fail):")
+        for _, r in shown[:top]:
+            lines.append(f"  {r.count:>4}x  {_short(r.filename, r.lineno)}  [{r.phase}] {r.kind} "
+                         f"{r.op or r.api}  hint: {hint_for(r)}")
     not_audited = sorted({t.reason for t in tests if t.audit == "not_audited"} - {None})
     if not_audited:
         lines.append("not audited because: " + "; ".join(not_audited))

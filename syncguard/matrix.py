@@ -205,6 +205,7 @@ def _phrase(e: SyncEvent | RaceEvent) -> str:
         text = e.api or e.kind or "?"
         outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
         text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
+        text += f" while {e.phase}" if e.phase != "run" else ""  # compile / graph_capture
     return text + (f" at {where}" if where else "")
 
 

@@ -16,12 +16,14 @@ import pytest
 from .codescope import split_list
 from .detect import SYNC_APIS
 from .events import DETECTORS as DEFAULT_DETECTORS
+from .phases import parse_phases
 from .scope import allow, parse_detectors
 
 MODES = ("fail", "warn", "record")
 MARKERS = (
-    "syncguard(mode=None, detectors=None, races=None, scope=None, ignore=None): audit this test "
-    "even without --syncguard, optionally overriding the session's options",
+    "syncguard(mode=None, detectors=None, races=None, fail_on_phase=None, scope=None, "
+    "ignore=None): audit this test even without --syncguard, optionally overriding the "
+    "session's options",
     "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
     "reason is required",
     "no_syncguard: never audit this test",
@@ -39,6 +41,7 @@ class Settings:
     report: str | None = None
     isolate: bool = False
     require_cuda: bool = False
+    fail_on_phase: tuple[str, ...] = ()
     warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
     child: str | None = None  # internal: this process is an --syncguard-isolate child
     scope: tuple[str, ...] = ()  # paths or packages; () = the default scope (codescope.py)
@@ -49,7 +52,8 @@ class Settings:
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
-                "isolate": self.isolate, "require_cuda": self.require_cuda}
+                "isolate": self.isolate, "require_cuda": self.require_cuda,
+                "fail_on_phase": list(self.fail_on_phase)}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -117,6 +121,9 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
     ("--syncguard-require-cuda", "syncguard_require_cuda", _bool, False,
      dict(action="store_true", default=None),
      "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
+    ("--syncguard-fail-on-phase", "syncguard_fail_on_phase", parse_phases, (),
+     dict(metavar="LIST"), "comma-separated phases (compile, graph_capture) whose syncs fail a "
+     "test too; otherwise they are shown, not failing"),
     ("--syncguard-scope", "syncguard_scope", _list, (), dict(metavar="PATH_OR_PACKAGE[,...]"),
      "only syncs with a frame inside these paths/packages count against a test; others are "
      "reported as outside scope ('*': every sync counts; none given: src/ or the top-level "
@@ -167,6 +174,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],
+            fail_on_phase=values["syncguard_fail_on_phase"],
             scope=values["syncguard_scope"], ignore=values["syncguard_ignore"],
             keep_events=values["syncguard_keep_events"], max_stacks=values["syncguard_max_stacks"],
             warmup=pick("syncguard_warmup", _warmup, None),
@@ -193,11 +201,13 @@ class AllowSpec:
 
 
 def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
-                     races: bool | None = None, scope: Any = None,
+                     races: bool | None = None, fail_on_phase: Any = None, scope: Any = None,
                      ignore: Any = None) -> dict[str, Any]:
-    """``@pytest.mark.syncguard(mode=, detectors=, races=, scope=, ignore=)``: opt in and
-    override options (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
+    """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=, scope=, ignore=)``: opt
+    in, override (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
     out: dict[str, Any] = {}
+    if fail_on_phase is not None:
+        out["fail_on_phase"] = parse_phases(fail_on_phase, "fail_on_phase")
     if scope is not None:
         out["scope"] = _list(scope, "scope")
     if ignore is not None:
@@ -231,6 +241,7 @@ class Plan:
     mode: str
     detectors: tuple[str, ...]
     races: bool
+    fail_on_phase: tuple[str, ...] = ()
     allows: tuple[AllowSpec, ...] = ()
     reason: str | None = None  # why not audited
     scope: tuple[str, ...] = ()  # as Settings.scope; resolved by the session (codescope.resolve)
@@ -246,7 +257,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{mark.name}: {e}") from None
 
     opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races,
-            "scope": settings.scope, "ignore": settings.ignore}
+            "fail_on_phase": settings.fail_on_phase, "scope": settings.scope,
+            "ignore": settings.ignore}
     marks = list(item.iter_markers("syncguard"))
     for m in reversed(marks):  # closest marker wins
         opts.update(parse(m, syncguard_marker))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import codescope, devices, isolate, warmup
+from . import codescope, devices, isolate, phases, warmup
 from .aggregate import aggregate, split
 from .codescope import CodeScope
 from .events import RegionReport, format_report
@@ -126,6 +126,16 @@ def in_scope(rep: RegionReport, scope: CodeScope) -> tuple[RegionReport, int]:
     return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes)), len(outside)
 
 
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+    for item in rep.result:
+        if isinstance(item, pytest.Item):
+            try:
+                plan_for(item, settings)
+            except pytest.UsageError as e:
+                rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
+                return
+
+
 class SyncguardSession:
     """One per pytest process; its ``pytest_*`` methods are registered as hooks."""
 
@@ -194,13 +204,7 @@ class SyncguardSession:
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            for item in rep.result:
-                if isinstance(item, pytest.Item):
-                    try:
-                        plan_for(item, self.settings)
-                    except pytest.UsageError as e:
-                        rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
-                        break
+            _fail_on_bad_markers(rep, self.settings)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -273,7 +277,8 @@ class SyncguardSession:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
         if state.own_regions:
-            state.report = rep = merged(state.own_regions)
+            rep = merged(state.own_regions)
+        state.report = rep = phases.judged(rep, plan.fail_on_phase)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:
