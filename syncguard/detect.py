@@ -71,8 +71,10 @@ class Site:
     stack: tuple[str, ...] = ()
 
 
-def user_site(frame=None, depth: int = 8) -> Site:
-    """The caller's site, skipping torch and syncguard frames."""
+def user_site(frame=None, depth: int = 32) -> Site:
+    """The caller's site, skipping torch and syncguard frames; 32 frames of stack, so that a sync
+    deep inside a library (nn.Module calls add two torch frames each) still reaches the user's
+    code, which the code scope needs (codescope.py). Reports store only the first 8."""
     f = frame if frame is not None else sys._getframe(1)
     while f is not None and _is_internal(f.f_code.co_filename):
         f = f.f_back

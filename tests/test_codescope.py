@@ -124,6 +124,10 @@ def through_library():
     return fancylib.route()  # calls the library
 
 
+def through_deep_library():
+    return fancylib.deep(20)  # deep call
+
+
 def many(n):
     for _ in range(n):
         fake_sync()  # loop sync
@@ -139,6 +143,10 @@ def _inner():
 
 def route():
     return _inner()  # library entry
+
+
+def deep(n):
+    return deep(n - 1) if n else _inner()  # deep entry
 '''
 TESTS = '''\
 import fancylib
@@ -169,6 +177,10 @@ def test_helper():
 
 def test_many():
     mypkg.many(50)
+
+
+def test_deep():
+    mypkg.through_deep_library()
 '''
 HELPER = '''\
 from syncguard.testing import fake_sync
@@ -198,7 +210,7 @@ def _where(rec: dict) -> tuple[str, int]:
 
 def test_default_scope_counts_the_package_and_reports_the_rest(project, run):
     res = run(FAKE, "--syncguard", "--syncguard-report=r.json")
-    res.assert_outcomes(passed=2, failed=4)
+    res.assert_outcomes(passed=2, failed=5)
     t = _tests(_doc(project))
     pkg, lib = "src/mypkg/__init__.py", "vendor/site-packages/fancylib/__init__.py"
     # in scope: the package's own line
@@ -215,6 +227,10 @@ def test_default_scope_counts_the_package_and_reports_the_rest(project, run):
     assert rec["entry_frame"].startswith(f"{project.path / lib}:{marked_line(lib, 'library entry')} ")
     assert rec["user_frame"].startswith(f"{project.path / pkg}:{marked_line(pkg, 'calls the library')} ")
     assert rec["stack"][0].startswith(f"{project.path / lib}:{marked_line(lib, 'library sync')} ")
+    # 22 library frames deep: the stack still reaches the package (detect.user_site's depth)
+    (rec,) = t["test_deep"]["syncs"]
+    assert _where(rec) == (pkg, marked_line(pkg, "deep call"))
+    assert rec["entry_frame"].startswith(f"{project.path / lib}:{marked_line(lib, 'deep entry')} ")
     # a helper inside the package counts until it is ignored (next test)
     assert t["test_helper"]["outcome"] == "failed"
     res.stdout.fnmatch_lines(["scope: src/ (default; test files and conftest.py outside)",
@@ -224,7 +240,7 @@ def test_default_scope_counts_the_package_and_reports_the_rest(project, run):
 def test_ignore_and_library_scope(project, run):
     res = run(FAKE, "--syncguard", "--syncguard-report=r.json", "--syncguard-scope=fancylib",
               "--syncguard-ignore=src/mypkg/testing.py")
-    res.assert_outcomes(passed=4, failed=2)
+    res.assert_outcomes(passed=4, failed=3)
     t = _tests(_doc(project))
     lib = "vendor/site-packages/fancylib/__init__.py"
     for name in ("test_library_from_test", "test_library_from_package"):
