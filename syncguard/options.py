@@ -53,7 +53,8 @@ class Settings:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
                 "isolate": self.isolate, "require_cuda": self.require_cuda,
-                "fail_on_phase": list(self.fail_on_phase)}
+                "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
+                "max_stacks": self.max_stacks}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -118,12 +118,13 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         events=tuple(rep.syncs + rep.allowed) if rep and keep_events else ())
 
 
-def in_scope(rep: RegionReport, scope: CodeScope) -> tuple[RegionReport, int]:
-    """The report with only the syncs inside the scope, and how many were left out."""
+def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
+    """The report with only the syncs inside the scope (what is judged), saying how many are not."""
     inside, outside = split(rep.syncs, scope)
     if not outside:
-        return rep, 0
-    return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes)), len(outside)
+        return rep
+    note = f"{len(outside)} more sync(s) outside the code scope ({scope.text}), not counted"
+    return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes) + [note])
 
 
 def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
@@ -134,6 +135,23 @@ def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
             except pytest.UsageError as e:
                 rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
                 return
+
+
+class ScopeResolver:
+    """Option or marker text -> CodeScope, against this run's rootdir and test-file patterns;
+    each distinct text is resolved (file system, imports) once."""
+
+    def __init__(self, config: pytest.Config):
+        self.rootdir = config.rootpath
+        self.patterns = tuple(config.getini("python_files") or ())
+        self.done: dict[tuple, CodeScope] = {}
+
+    def __call__(self, scope: tuple[str, ...], ignore: tuple[str, ...],
+                 where: str = "--syncguard-scope") -> CodeScope:
+        key = (scope, ignore)
+        if key not in self.done:
+            self.done[key] = codescope.resolve(scope, ignore, self.rootdir, self.patterns, where)
+        return self.done[key]
 
 
 class SyncguardSession:
@@ -152,7 +170,7 @@ class SyncguardSession:
         self.child_reports: list[dict] = []
         self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
-        self._scopes: dict[tuple, CodeScope] = {}
+        self.scope_for = ScopeResolver(config)
         try:
             self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
         except ValueError as e:
@@ -161,23 +179,11 @@ class SyncguardSession:
             path = Path(config.invocation_params.dir, self.settings.report)
             try:
                 self.file = SessionFile(path, {**self.settings.options(),
-                                               "scope": self.codescope.text,
-                                               "keep_events": self.settings.keep_events,
-                                               "max_stacks": self.settings.max_stacks},
+                                               "scope": self.codescope.text},
                                         max_stacks=self.settings.max_stacks)
             except OSError as e:
                 raise pytest.UsageError(f"syncguard: --syncguard-report={self.settings.report}: "
                                         f"cannot write there ({e.strerror or e})") from None
-
-    def scope_for(self, scope: tuple[str, ...], ignore: tuple[str, ...],
-                  where: str = "--syncguard-scope") -> CodeScope:
-        """The CodeScope of option (or marker) text, resolved once per distinct text."""
-        key = (scope, ignore)
-        if key not in self._scopes:
-            patterns = self.config.getini("python_files") or ()
-            self._scopes[key] = codescope.resolve(scope, ignore, self.config.rootpath,
-                                                  tuple(patterns), where)
-        return self._scopes[key]
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -288,11 +294,8 @@ class SyncguardSession:
         if state.poisoned:
             state.failed_by_us = True
             pytest.fail(self.poison.text(state.poisoned), pytrace=False)
-        judged, left_out = in_scope(rep, state.codescope)
+        judged = in_scope(rep, state.codescope)
         if judge and rep.cuda_available and not judged.clean:
-            if left_out:
-                judged.notes.append(f"{left_out} more sync(s) outside the code scope "
-                                    f"({state.codescope.text}), not counted")
             if plan.mode == "fail":
                 state.failed_by_us = True
                 pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: "
@@ -311,9 +314,8 @@ class SyncguardSession:
             return rep
         state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
-            judged = (in_scope(state.report, state.codescope)[0]
-                      if state.report is not None else None)
-            if judged is not None and not judged.clean:
+            judged = state.report and in_scope(state.report, state.codescope)
+            if judged and not judged.clean:
                 rep.sections.append(("syncguard", failure_table(judged)))
             if state.poisoned:
                 rep.sections.append(("syncguard", self.poison.text(state.poisoned)))
