@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Iterable
 
 from .aggregate import SiteRecord, aggregate, total
+from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
 from .sessionfile import TestEntry
@@ -88,7 +89,7 @@ def _short(path: str | None, lineno: int | None) -> str:
 
 
 def failure_table(report: RegionReport, title: str | None = None, width: int = 110,
-                  max_rows: int = 20) -> str:
+                  max_rows: int = 20, scope: CodeScope = EVERYWHERE) -> str:
     """The failure table: one row per call site, a numbered hint under it, then races and notes."""
     from rich import box
     from rich.console import Console
@@ -101,7 +102,7 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     table.add_column("sync (kind, API, aten op)", overflow="fold", ratio=2)
     table.add_column("thread", overflow="fold")
     table.add_column("blocked", justify="right", no_wrap=True)
-    rows = aggregate(report.syncs)[0]  # the report given is already the counted syncs
+    rows = aggregate(report.syncs, scope)[0]  # sites where they count, as the session report
     hints = []
     for i, e in enumerate(rows[:max_rows], 1):
         n = e.count
@@ -149,12 +150,15 @@ def _frame(text: str) -> str:
 
 
 def _library_frames(r: SiteRecord) -> list[tuple[str, str]]:
-    """For a sync made inside a library: where the program entered it, and the user's frame,
-    unless that is the site itself."""
-    out = []
-    if r.entry_frame:
+    """For a sync that counts at another frame than the one that synced (inside a library): the
+    syncing frame, where the program entered the library, and the user's frame, each unless it
+    is the site itself."""
+    site = f"{r.filename}:{r.lineno} "
+    inner = r.stack[0] if r.stack else None
+    out = [("synced at", inner)] if inner and not inner.startswith(site) else []
+    if r.entry_frame and r.entry_frame != inner:
         out.append(("entered library at", r.entry_frame))
-    if r.user_frame and not r.user_frame.startswith(f"{r.filename}:{r.lineno} "):
+    if r.user_frame and not r.user_frame.startswith(site):
         out.append(("user frame", r.user_frame))
     return out
 

@@ -299,7 +299,8 @@ class SyncguardSession:
             if plan.mode == "fail":
                 state.failed_by_us = True
                 pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: "
-                                                        f"{judged.summary()}"), pytrace=False)
+                                          f"{judged.summary()}", scope=state.codescope),
+                            pytrace=False)
             if plan.mode == "warn":
                 first = judged.syncs[0] if judged.syncs else judged.races[0]
                 warnings.warn_explicit(SyncguardWarning(format_report(judged)), SyncguardWarning,
@@ -316,7 +317,7 @@ class SyncguardSession:
         if rep.when == "call" and rep.failed and not state.failed_by_us:
             judged = state.report and in_scope(state.report, state.codescope)
             if judged and not judged.clean:
-                rep.sections.append(("syncguard", failure_table(judged)))
+                rep.sections.append(("syncguard", failure_table(judged, scope=state.codescope)))
             if state.poisoned:
                 rep.sections.append(("syncguard", self.poison.text(state.poisoned)))
         if rep.when == "teardown":  # the entry travels to the xdist controller as a plain dict

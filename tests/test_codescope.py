@@ -233,6 +233,10 @@ def test_default_scope_counts_the_package_and_reports_the_rest(project, run):
     assert rec["entry_frame"].startswith(f"{project.path / lib}:{marked_line(lib, 'deep entry')} ")
     # a helper inside the package counts until it is ignored (next test)
     assert t["test_helper"]["outcome"] == "failed"
+    # the failure table shows the same site, then the library line that synced
+    res.stdout.fnmatch_lines([f"*syncguard: tests/test_m.py::test_library_from_package: *",
+                              f"*1   {pkg}:{marked_line(pkg, 'calls the library')} *",
+                              f"*synced at {lib}:{marked_line(lib, 'library sync')}*"])
     res.stdout.fnmatch_lines(["scope: src/ (default; test files and conftest.py outside)",
                               "outside scope (not failing): 2 sync(s) at 2 site(s); top:"])
 
