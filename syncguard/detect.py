@@ -71,10 +71,15 @@ class Site:
     stack: tuple[str, ...] = ()
 
 
+#: (id(code), line) -> (code, "file:line in func"): one string per place in the program
+_FRAME_TEXT: dict[tuple, tuple] = {}
+
+
 def user_site(frame=None, depth: int = 32) -> Site:
     """The caller's site, skipping torch and syncguard frames; 32 frames of stack, so that a sync
     deep inside a library (nn.Module calls add two torch frames each) still reaches the user's
-    code, which the code scope needs (codescope.py). Reports store only the first 8."""
+    code, which the code scope needs (codescope.py). Reports store only the first 8. Frame texts
+    are shared between events: a loop syncing a million times holds one string per frame."""
     f = frame if frame is not None else sys._getframe(1)
     while f is not None and _is_internal(f.f_code.co_filename):
         f = f.f_back
@@ -83,7 +88,12 @@ def user_site(frame=None, depth: int = 32) -> Site:
     first = f
     stack = []
     while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
+        code = f.f_code
+        hit = _FRAME_TEXT.get((id(code), f.f_lineno))  # id: hashing a code object is slow
+        if hit is None:  # the code object is kept with its text, so its id is never reused
+            hit = _FRAME_TEXT[id(code), f.f_lineno] = (
+                code, f"{code.co_filename}:{f.f_lineno} in {code.co_name}")
+        stack.append(hit[1])
         f = f.f_back
     return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
 
