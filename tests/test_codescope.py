@@ -308,3 +308,20 @@ def test_reports_of_schema_1_are_read_and_others_refused(tmp_path):
     with pytest.raises(SchemaError, match=r"v3.json: session report has schema_version 3; "
                                           r"this syncguard reads 1, 2$"):
         sessionfile.load_document(tmp_path / "v3.json")
+
+
+def test_hypothesis_examples_are_judged_in_scope(project, run):
+    """Each example is audited on its own (examples.py): only in-scope syncs fail one."""
+    (project.path / "tests" / "test_h.py").write_text(
+        "from hypothesis import given, settings, strategies as st\n"
+        "from syncguard.testing import fake_sync\n"
+        "import mypkg\n\n\n"
+        "@settings(max_examples=5, database=None)\n@given(st.integers())\n"
+        "def test_body_syncs(i):\n    fake_sync()\n\n\n"
+        "@settings(max_examples=5, database=None)\n@given(st.integers())\n"
+        "def test_package_syncs(i):\n    mypkg.own()\n")
+    res = run(FAKE, "--syncguard", "--syncguard-report=r.json", "tests/test_h.py")
+    res.assert_outcomes(passed=1, failed=1)
+    t = _tests(_doc(project))
+    assert t["test_body_syncs"]["outcome"] == "passed" and t["test_body_syncs"]["outside"]
+    assert t["test_package_syncs"]["outcome"] == "failed" and t["test_package_syncs"]["syncs"]
