@@ -127,11 +127,22 @@ def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
     return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes) + [note])
 
 
-def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+def state_for(item: pytest.Item, settings, scope_for) -> ItemState | None:
+    """The test's plan and code scope; pytest.UsageError naming the test for a bad marker."""
+    plan = plan_for(item, settings)
+    if plan is None:
+        return None
+    try:
+        return ItemState(plan, codescope=scope_for(plan.scope, plan.ignore, "scope"))
+    except ValueError as e:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.syncguard: {e}") from None
+
+
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings, scope_for) -> None:
     for item in rep.result:
         if isinstance(item, pytest.Item):
             try:
-                plan_for(item, settings)
+                state_for(item, settings, scope_for)
             except pytest.UsageError as e:
                 rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
                 return
@@ -193,24 +204,20 @@ class SyncguardSession:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             try:
-                plan = plan_for(item, self.settings)
+                state = state_for(item, self.settings, self.scope_for)
             except pytest.UsageError:
                 if self.is_worker:  # already a collection error (pytest_make_collect_report)
                     continue
                 raise
-            if plan is not None:
-                try:
-                    scope = self.scope_for(plan.scope, plan.ignore, "scope")
-                except ValueError as e:
-                    raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.syncguard: {e}") from None
-                item.stash[STATE] = ItemState(plan, codescope=scope)
+            if state is not None:
+                item.stash[STATE] = state
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            _fail_on_bad_markers(rep, self.settings)
+            _fail_on_bad_markers(rep, self.settings, self.scope_for)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -325,3 +325,14 @@ def test_hypothesis_examples_are_judged_in_scope(project, run):
     t = _tests(_doc(project))
     assert t["test_body_syncs"]["outcome"] == "passed" and t["test_body_syncs"]["outside"]
     assert t["test_package_syncs"]["outcome"] == "failed" and t["test_package_syncs"]["syncs"]
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_bad_marker_scope_names_the_test(project, run, xdist):
+    (project.path / "tests" / "test_b.py").write_text(
+        "import pytest\n\n\n@pytest.mark.syncguard(scope='nowhere/at/all')\ndef test_b():\n    pass\n")
+    res = run(FAKE, "--syncguard", "tests/test_b.py", *xdist, subprocess=bool(xdist))
+    assert res.ret != 0
+    out = res.stdout.str() + res.stderr.str()
+    assert "tests/test_b.py::test_b: @pytest.mark.syncguard: scope: 'nowhere/at/all' is neither" in out
+    assert "INTERNALERROR" not in out
