@@ -183,18 +183,37 @@ def _locate(entry: str, rootdir: Path, where: str) -> tuple[str, ...]:
     path = path if path.is_absolute() else rootdir / path
     if path.exists():
         return (_norm(str(path)),)
-    if _DOTTED.match(entry):
-        try:
-            spec = importlib.util.find_spec(entry)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None:
-            if spec.submodule_search_locations:
-                return tuple(_norm(p) for p in spec.submodule_search_locations)
-            if spec.origin and os.path.exists(spec.origin):
-                return (_norm(spec.origin),)
+    found = _package_paths(entry) if _DOTTED.match(entry) else ()
+    if found:
+        return found
     raise ValueError(f"{where}: {entry!r} is neither a path (under {rootdir}) nor an importable "
                      "package")
+
+
+def _package_paths(name: str) -> tuple[str, ...]:
+    """Where an importable package (or module) lives, found without importing it: only the
+    top-level name is located by the import system (``find_spec`` of a top-level name imports
+    nothing); ``a.b`` is then looked up in ``a``'s folders, so no package code runs at start-up."""
+    top, _, rest = name.partition(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ()
+    if spec is None:
+        return ()
+    folders = list(spec.submodule_search_locations or ())
+    if not rest:
+        if folders:
+            return tuple(_norm(p) for p in folders)
+        return (_norm(spec.origin),) if spec.origin and os.path.exists(spec.origin) else ()
+    out = []
+    for folder in folders:
+        path = Path(folder, *rest.split("."))
+        if path.is_dir():
+            out.append(_norm(str(path)))
+        elif path.with_suffix(".py").is_file():
+            out.append(_norm(str(path.with_suffix(".py"))))
+    return tuple(out)
 
 
 def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,

@@ -87,10 +87,29 @@ def test_resolve_paths_packages_and_errors(tmp_path):
     import json as stdlib_json
     assert scope.contains(stdlib_json.__file__) and not scope.contains(os.__file__)
     assert resolve(("*",), (), tmp_path) is EVERYWHERE
+    sub = resolve(("email.mime",), (), tmp_path)  # a subpackage
+    assert sub.contains(os.path.join(os.path.dirname(stdlib_json.__file__), "..", "email", "mime",
+                                     "text.py"))
+    assert not sub.contains(os.path.join(os.path.dirname(stdlib_json.__file__), "..", "email",
+                                         "parser.py"))
     with pytest.raises(ValueError, match=r"^--syncguard-scope: 'nope/x' is neither a path"):
         resolve(("nope/x",), (), tmp_path)
     with pytest.raises(ValueError, match=r"^--syncguard-ignore: 'gone' is neither"):
         resolve((), ("gone",), tmp_path)
+
+
+def test_packages_are_found_without_importing_them(tmp_path, monkeypatch):
+    """Resolving runs at start-up: package code (which may initialise CUDA) must not run then."""
+    pkg = tmp_path / "lib" / "boom"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "leaf.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    assert resolve(("boom",), (), tmp_path).contains(str(pkg / "core.py"))
+    assert resolve(("boom.sub",), (), tmp_path).contains(str(pkg / "sub" / "x.py"))
+    leaf = resolve(("boom.leaf",), (), tmp_path)
+    assert leaf.contains(str(pkg / "leaf.py")) and not leaf.contains(str(pkg / "other.py"))
 
 
 def test_records_count_time_and_phases():
