@@ -1,4 +1,4 @@
-"""Compare two syncguard session reports: per-test outcome, audit state, sync sites with their counts.
+"""Compare two syncguard session reports: outcome, audit state, sync sites and counts per test.
 
 Usage: python samples/compare_reports.py A.json B.json   (exit 0 when equal, 1 when not)
 Durations, workers, devices, timestamps and examples counts are ignored on purpose: a serial and a
