@@ -1,4 +1,4 @@
-"""Compare two syncguard session reports: per-test outcome, audit state and sync sites.
+"""Compare two syncguard session reports: outcome, audit state, sync sites and counts per test.
 
 Usage: python samples/compare_reports.py A.json B.json   (exit 0 when equal, 1 when not)
 Durations, workers, devices, timestamps and examples counts are ignored on purpose: a serial and a
@@ -14,15 +14,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from syncguard.sessionfile import load_document  # noqa: E402
 
 
-def _sites(events):
-    return sorted({(e.kind, e.api, e.op, os.path.basename(e.filename or "?"), e.lineno)
-                   for e in events})
+def _sites(records):
+    """Per-site records (schema 2) with their counts."""
+    return sorted({(r.kind, r.api, r.op, os.path.basename(r.filename or "?"), r.lineno, r.count)
+                   for r in records})
+
+
+KEYS = ("outcome", "audit", "syncs", "allowed", "outside")
 
 
 def digest(doc):
     """Per nodeid what must agree; ``doc`` as load_document returns it (tests are TestEntry)."""
     return {t.nodeid: {"outcome": t.outcome, "audit": t.audit, "syncs": _sites(t.syncs),
-                       "allowed": _sites(t.allowed)} for t in doc["tests"]}
+                       "allowed": _sites(t.allowed), "outside": _sites(t.outside)}
+            for t in doc["tests"]}
 
 
 def compare(a: dict, b: dict) -> list[str]:
@@ -30,7 +35,7 @@ def compare(a: dict, b: dict) -> list[str]:
     diffs = [f"only in A: {n}" for n in sorted(set(da) - set(db))]
     diffs += [f"only in B: {n}" for n in sorted(set(db) - set(da))]
     for n in sorted(set(da) & set(db)):
-        for key in ("outcome", "audit", "syncs", "allowed"):
+        for key in KEYS:
             if da[n][key] != db[n][key]:
                 diffs.append(f"{n}: {key} differs: A={da[n][key]!r} B={db[n][key]!r}")
     return diffs

@@ -70,17 +70,35 @@ def user_frame(frame=None):
     return f
 
 
-def user_site(frame=None, depth: int = 8) -> Site:
-    """The caller's site, skipping torch and syncguard frames, with a short stack above it."""
+#: 32 frames of stack, so that a sync deep inside a library (nn.Module calls add two torch frames
+#: each) still reaches the user's code, which the code scope needs (codescope.py). Reports store
+#: only the first 8.
+STACK_DEPTH = 32
+#: (id(code), line) -> (code, "file:line in func"): one string per place in the program
+_FRAME_TEXT: dict[tuple, tuple] = {}
+
+
+def _stack_from(f, depth: int) -> tuple[str, ...]:
+    """``file:line in func`` of ``f`` and the frames above it. Frame texts are shared between
+    events: a loop syncing a million times holds one string per frame."""
+    stack = []
+    while f is not None and len(stack) < depth:
+        code = f.f_code
+        hit = _FRAME_TEXT.get((id(code), f.f_lineno))  # id: hashing a code object is slow
+        if hit is None:  # the code object is kept with its text, so its id is never reused
+            hit = _FRAME_TEXT[id(code), f.f_lineno] = (
+                code, f"{code.co_filename}:{f.f_lineno} in {code.co_name}")
+        stack.append(hit[1])
+        f = f.f_back
+    return tuple(stack)
+
+
+def user_site(frame=None, depth: int = STACK_DEPTH) -> Site:
+    """The caller's site, skipping torch and syncguard frames, with the stack above it."""
     f = user_frame(frame if frame is not None else sys._getframe(1))
     if f is None:
         return Site()
-    first = f
-    stack = []
-    while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
-        f = f.f_back
-    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
+    return Site(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _stack_from(f, depth))
 
 
 _PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -171,7 +189,7 @@ def current_phase(frame=None) -> str:
     return site_and_phase(frame if frame is not None else sys._getframe(1), site=False)[1]
 
 
-def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | None, str]:
+def site_and_phase(frame, site: bool = True, depth: int = STACK_DEPTH) -> tuple[Site | None, str]:
     """:func:`user_site` and :func:`current_phase` in one walk up the stack (the cuda detector
     calls this inside CUPTI callbacks, where every microsecond is paid per copy)."""
     codes = _graph_setup_codes()
@@ -185,8 +203,4 @@ def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | Non
         return None, phase
     if f is None:
         return Site(), phase
-    first, stack = f, []
-    while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
-        f = f.f_back
-    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack)), phase
+    return Site(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _stack_from(f, depth)), phase

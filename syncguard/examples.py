@@ -3,7 +3,7 @@
 Why per example: auditing the whole test would report the union of all examples' syncs and give
 hypothesis nothing to shrink on. In fail mode a syncing example raises ``SyncError`` as
 ``forbid()`` would, an ordinary failure that hypothesis minimises (syncs of phases that do not
-fail, see phases.py, do not raise).
+fail, see phases.py, and syncs outside the code scope, see codescope.py, do not raise).
 """
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ import functools
 import pytest
 
 from . import phases
+from .aggregate import split
+from .codescope import EVERYWHERE, CodeScope
 from .events import RegionReport, SyncError, SyncEvent
 from .explain import group_by_site
 from .options import Plan
 from .scope import audit
 
 
-def wrap_examples(item: pytest.Item, plan: Plan,
-                  stack: contextlib.ExitStack) -> list[RegionReport] | None:
+def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
+                  codescope: CodeScope = EVERYWHERE) -> list[RegionReport] | None:
     """Audit each example of a hypothesis test (undone by ``stack``); None for other tests."""
     obj = getattr(item, "obj", None)
     handle = getattr(obj, "hypothesis", None)
@@ -35,6 +37,8 @@ def wrap_examples(item: pytest.Item, plan: Plan,
             reports.append(rep)
             result = original(*args, **kwargs)
         failing = phases.judged(rep, plan.fail_on_phase)
+        inside = [e for e, _ in split(failing.syncs, codescope)[0]]  # outside the code scope:
+        failing = dataclasses.replace(failing, syncs=inside)        # shown, never failing
         if plan.mode == "fail" and failing.cuda_available and not failing.clean:
             raise SyncError(failing)  # as forbid() would, for the phases that fail
         return result

@@ -9,6 +9,8 @@ import linecache
 from collections import Counter
 from typing import Iterable
 
+from .aggregate import SiteRecord, aggregate, total
+from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
 from .sessionfile import TestEntry
@@ -31,13 +33,13 @@ HINTS = {
 }
 
 
-def source_line(event: SyncEvent) -> str:
+def source_line(event: SyncEvent | SiteRecord) -> str:
     if not event.filename or not event.lineno:
         return ""
     return linecache.getline(event.filename, event.lineno).strip()
 
 
-def hint_for(event: SyncEvent) -> str:
+def hint_for(event: SyncEvent | SiteRecord) -> str:
     """One line saying how such a sync is usually removed; the default names allow()."""
     if event.phase in HINTS:  # compile / graph_capture: the phase, not the op, explains it
         return HINTS[event.phase]
@@ -87,7 +89,7 @@ def _short(path: str | None, lineno: int | None) -> str:
 
 
 def failure_table(report: RegionReport, title: str | None = None, width: int = 110,
-                  max_rows: int = 20) -> str:
+                  max_rows: int = 20, scope: CodeScope = EVERYWHERE) -> str:
     """The failure table: one row per call site, a numbered hint under it, then races and notes."""
     from rich import box
     from rich.console import Console
@@ -100,12 +102,14 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     table.add_column("sync (kind, API, aten op)", overflow="fold", ratio=2)
     table.add_column("thread", overflow="fold")
     table.add_column("blocked", justify="right", no_wrap=True)
-    rows = group_by_site(report.syncs)
+    rows = aggregate(report.syncs, scope)[0]  # sites where they count, as the session report
     hints = []
-    for i, (e, n) in enumerate(rows[:max_rows], 1):
-        blocked = f"{e.host_blocked_us:.0f} us" if e.host_blocked_us is not None else "-"
+    for i, e in enumerate(rows[:max_rows], 1):
+        n = e.count
+        blocked = _blocked(e)
         what = "\n".join(x for x in (e.kind + (f" x{n}" if n > 1 else ""), e.api, e.op) if x)
         where = _short(e.filename, e.lineno) + (f"\n{source_line(e)}" if source_line(e) else "")
+        where += "".join(f"\n{label} {_frame(f)}" for label, f in _library_frames(e))
         table.add_row(str(i), Text(where), Text(what), Text(e.thread or "-"), blocked)
         hints.append(f"hint #{i}: {hint_for(e)}" + (f" [{e.note}]" if e.note else ""))
     out = io.StringIO()
@@ -123,15 +127,61 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
                       markup=False)
     if report.allowed:
         console.print(f"{len(report.allowed)} allowed sync(s): " + "; ".join(
-            f"{_short(e.filename, e.lineno)} ({e.reason})" for e, _ in
-            group_by_site(report.allowed)[:5]), markup=False)
+            f"{_short(e.filename, e.lineno)} ({e.reason})" for e in
+            aggregate(report.allowed)[0][:5]), markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n") + "\n"
 
 
-def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) -> list[str]:
-    """The terminal summary: counts, then the call sites that synced most across the session."""
+def _blocked(r: SiteRecord) -> str:
+    if r.blocked_us_max is None:
+        return "-"
+    if r.count == 1:
+        return f"{r.blocked_us_max:.0f} us"
+    return f"max {r.blocked_us_max:.0f} us\ntotal {r.blocked_us_total:.0f} us"
+
+
+def _frame(text: str) -> str:
+    """``/abs/path/file.py:12 in f`` shortened like the sites are."""
+    path, _, rest = text.rpartition(":")
+    line, _, func = rest.partition(" in ")
+    return f"{_short(path, int(line) if line.isdigit() else None)} in {func}"
+
+
+def _library_frames(r: SiteRecord) -> list[tuple[str, str]]:
+    """For a sync that counts at another frame than the one that synced (inside a library): the
+    syncing frame, where the program entered the library, and the user's frame, each unless it
+    is the site itself."""
+    site = f"{r.filename}:{r.lineno} "
+    inner = r.stack[0] if r.stack else None
+    out = [("synced at", inner)] if inner and not inner.startswith(site) else []
+    if r.entry_frame and r.entry_frame != inner:
+        out.append(("entered library at", r.entry_frame))
+    if r.user_frame and not r.user_frame.startswith(site):
+        out.append(("user frame", r.user_frame))
+    return out
+
+
+def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:
+    """The sites of ``which`` records (syncs, outside) that synced most across the session."""
+    sites: Counter = Counter()
+    tests_at: dict[tuple, set] = {}
+    label: dict[tuple, str] = {}
+    for t in tests:
+        for r in getattr(t, which):
+            k = (r.kind, r.api, r.op, r.filename, r.lineno)
+            sites[k] += r.count
+            tests_at.setdefault(k, set()).add(t.nodeid)
+            label[k] = f"{_short(r.filename, r.lineno)}  {r.kind} {r.op or r.api}"
+    return [f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))"
+            for k, n in sites.most_common(top)]
+
+
+def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
+                  scope: str | None = None) -> list[str]:
+    """The terminal summary: counts, the scope, the call sites that synced most across the
+    session, and those outside the scope (counted, never failing)."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
     if not counts.get("audited", 0):  # say it first: a green run that audited nothing proves nothing
         lines = [f"NO TEST WAS AUDITED: {counts.get('not_audited', 0)} not audited (no CUDA)"
@@ -141,26 +191,25 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) 
                  f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed "
                  f"only; {counts.get('not_audited', 0)} not audited (no CUDA)"
                  + (f"; {off} not audited (off/not run)" if off else "")]
-    sites: Counter = Counter()
-    tests_at: dict[tuple, set] = {}
-    label: dict[tuple, str] = {}
-    for t in tests:
-        for e in t.syncs:
-            k = site_key(e)
-            sites[k] += 1
-            tests_at.setdefault(k, set()).add(t.nodeid)
-            label[k] = f"{_short(e.filename, e.lineno)}  {e.kind} {e.op or e.api}"
-    if sites:
+    if scope:
+        lines.append(f"scope: {scope}")
+    rows = _top_sites(tests, "syncs", top)
+    if rows:
         lines.append("top sync sites:")
-        for k, n in sites.most_common(top):
-            lines.append(f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))")
-    shown = group_by_site(e for t in tests for e in t.allowed if e.phase != "run")
+        lines += rows
+    outside = _top_sites(tests, "outside", top)
+    if outside:
+        n = sum(total(t.outside) for t in tests)
+        n_sites = len({(r.kind, r.api, r.op, r.filename, r.lineno) for t in tests for r in t.outside})
+        lines.append(f"outside scope (not failing): {n} sync(s) at {n_sites} site(s); top:")
+        lines += outside
+    shown = [(t, r) for t in tests for r in t.allowed if r.phase != "run"]
     if shown:
         lines.append(f"{len(shown)} sync site(s) while compiling or capturing CUDA graphs "
                      "(shown, not failing; --syncguard-fail-on-phase makes them fail):")
-        for e, n in shown[:top]:
-            lines.append(f"  {n:>4}x  {_short(e.filename, e.lineno)}  [{e.phase}] {e.kind} "
-                         f"{e.op or e.api}  hint: {hint_for(e)}")
+        for _, r in shown[:top]:
+            lines.append(f"  {r.count:>4}x  {_short(r.filename, r.lineno)}  [{r.phase}] {r.kind} "
+                         f"{r.op or r.api}  hint: {hint_for(r)}")
     not_audited = sorted({t.reason for t in tests if t.audit == "not_audited"} - {None})
     if not_audited:
         lines.append("not audited because: " + "; ".join(not_audited))

@@ -209,6 +209,13 @@ def _phrase(e: SyncEvent | RaceEvent) -> str:
     return text + (f" at {where}" if where else "")
 
 
+def _phrases(records: Iterable[Any]) -> list[str]:
+    """A session report stores one record per site with a ``count`` (aggregate.py); a cell keeps
+    one phrase per sync, as the gate counts syncs, so a record stands for ``count`` phrases.
+    Syncs outside the code scope (``TestEntry.outside``) never reach a cell: they never fail."""
+    return [p for r in records for p in (_phrase(r),) * getattr(r, "count", 1)]
+
+
 def make_cell(test: TestEntry, run: Run) -> Cell:
     events = list(test.syncs) + list(test.races)
     allowed = list(test.allowed)
@@ -223,8 +230,8 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
         state = "syncs" if events else "allowed" if allowed else "clean"
     reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
     numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()}
-    return Cell(state, outcome, tuple(_phrase(e) for e in events),
-                tuple(sorted({e.kind or "?" for e in events})), tuple(_phrase(e) for e in allowed),
+    return Cell(state, outcome, tuple(_phrases(events)),
+                tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers)
 
 

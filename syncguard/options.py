@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
+from .codescope import split_list
 from .detect import SYNC_APIS
 from .events import DETECTORS as DEFAULT_DETECTORS
 from .phases import parse_phases
@@ -20,8 +21,9 @@ from .scope import allow, parse_detectors
 
 MODES = ("fail", "warn", "record")
 MARKERS = (
-    "syncguard(mode=None, detectors=None, races=None, fail_on_phase=None): audit this test even "
-    "without --syncguard, optionally overriding the session's options",
+    "syncguard(mode=None, detectors=None, races=None, fail_on_phase=None, scope=None, "
+    "ignore=None): audit this test even without --syncguard, optionally overriding the "
+    "session's options",
     "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
     "reason is required",
     "no_syncguard: never audit this test",
@@ -42,12 +44,17 @@ class Settings:
     fail_on_phase: tuple[str, ...] = ()
     warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
     child: str | None = None  # internal: this process is an --syncguard-isolate child
+    scope: tuple[str, ...] = ()  # paths or packages; () = the default scope (codescope.py)
+    ignore: tuple[str, ...] = ()
+    keep_events: bool = False
+    max_stacks: int = 5000
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
                 "isolate": self.isolate, "require_cuda": self.require_cuda,
-                "fail_on_phase": list(self.fail_on_phase)}
+                "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
+                "max_stacks": self.max_stacks}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -79,6 +86,23 @@ def _path(value: Any, where: str) -> str:
     return str(value)
 
 
+def _list(value: Any, where: str) -> tuple[str, ...]:
+    items = split_list(value)
+    if not items:
+        raise ValueError(f"{where}: {value!r} names no path or package")
+    return items
+
+
+def _count(value: Any, where: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"{where}: {value!r} is not a whole number >= 0")
+    return n
+
+
 #: (flag, dest, parser, default, argparse keywords, help). The ini twin is named ``dest``.
 OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] = (
     ("--syncguard", "syncguard", _bool, False, dict(action="store_true", default=None),
@@ -101,6 +125,17 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
     ("--syncguard-fail-on-phase", "syncguard_fail_on_phase", parse_phases, (),
      dict(metavar="LIST"), "comma-separated phases (compile, graph_capture) whose syncs fail a "
      "test too; otherwise they are shown, not failing"),
+    ("--syncguard-scope", "syncguard_scope", _list, (), dict(metavar="PATH_OR_PACKAGE[,...]"),
+     "only syncs with a frame inside these paths/packages count against a test; others are "
+     "reported as outside scope ('*': every sync counts; none given: src/ or the top-level "
+     "packages under rootdir, without test files and conftest.py)"),
+    ("--syncguard-ignore", "syncguard_ignore", _list, (), dict(metavar="PATH[,...]"),
+     "leave these paths (e.g. test utilities) out of the scope"),
+    ("--syncguard-keep-events", "syncguard_keep_events", _bool, False,
+     dict(action="store_true", default=None),
+     "also store every sync event in the report (debugging; reports grow with events)"),
+    ("--syncguard-max-stacks", "syncguard_max_stacks", _count, 5000, dict(metavar="N"),
+     "site records that keep their first stack in the report"),
 )
 
 
@@ -141,6 +176,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],
             fail_on_phase=values["syncguard_fail_on_phase"],
+            scope=values["syncguard_scope"], ignore=values["syncguard_ignore"],
+            keep_events=values["syncguard_keep_events"], max_stacks=values["syncguard_max_stacks"],
             warmup=pick("syncguard_warmup", _warmup, None),
             child=config.getoption("syncguard_child", None),
         )
@@ -165,11 +202,17 @@ class AllowSpec:
 
 
 def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
-                     races: bool | None = None, fail_on_phase: Any = None) -> dict[str, Any]:
-    """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=)``: opt in, override."""
+                     races: bool | None = None, fail_on_phase: Any = None, scope: Any = None,
+                     ignore: Any = None) -> dict[str, Any]:
+    """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=, scope=, ignore=)``: opt
+    in, override (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
     out: dict[str, Any] = {}
     if fail_on_phase is not None:
         out["fail_on_phase"] = parse_phases(fail_on_phase, "fail_on_phase")
+    if scope is not None:
+        out["scope"] = _list(scope, "scope")
+    if ignore is not None:
+        out["ignore"] = _list(ignore, "ignore")
     if mode is not None:
         out["mode"] = _mode(mode, "mode")
     if detectors is not None:
@@ -202,6 +245,8 @@ class Plan:
     fail_on_phase: tuple[str, ...] = ()
     allows: tuple[AllowSpec, ...] = ()
     reason: str | None = None  # why not audited
+    scope: tuple[str, ...] = ()  # as Settings.scope; resolved by the session (codescope.resolve)
+    ignore: tuple[str, ...] = ()
 
 
 def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
@@ -213,7 +258,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{mark.name}: {e}") from None
 
     opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races,
-            "fail_on_phase": settings.fail_on_phase}
+            "fail_on_phase": settings.fail_on_phase, "scope": settings.scope,
+            "ignore": settings.ignore}
     marks = list(item.iter_markers("syncguard"))
     for m in reversed(marks):  # closest marker wins
         opts.update(parse(m, syncguard_marker))

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from . import newhooks, options
+from .codescope import split_list
 from .events import DETECTORS as DEFAULT_DETECTORS  # noqa: F401  (kept importable from here)
 from .scope import allow, audit, forbid
 from .session import STATE, SyncguardSession, SyncguardWarning  # noqa: F401
@@ -43,8 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
 class SyncguardFixture:
     """The ``syncguard`` fixture: guard part of a test body, record measurements."""
 
-    def __init__(self, item: pytest.Item, settings: options.Settings):
+    def __init__(self, item: pytest.Item, settings: options.Settings,
+                 session: SyncguardSession | None = None):
         state = item.stash.get(STATE, None)
+        self._state, self._session = state, session
         plan = state.plan if state else None
         self.detectors = plan.detectors if plan else settings.detectors
         self.races = plan.races if plan else settings.races
@@ -68,6 +71,17 @@ class SyncguardFixture:
             self._own_regions.append(report)
             yield report
 
+    def set_scope(self, *paths: str, ignore: str | tuple[str, ...] = ()) -> None:
+        """Judge this test's syncs by another code scope (as ``--syncguard-scope``/``-ignore``;
+        no paths: the session's scope with ``ignore`` added). Takes effect for the whole call
+        phase, as the judging happens when it ends."""
+        if self._state is None or self._session is None:
+            return  # not audited: there is nothing to judge
+        settings = self._session.settings
+        scope = split_list(paths) or settings.scope
+        ignored = tuple(settings.ignore) + split_list(ignore)
+        self._state.codescope = self._session.scope_for(scope, ignored, "syncguard.set_scope")
+
     def allow(self, reason: str, **kw):
         return allow(reason, **kw)
 
@@ -88,4 +102,5 @@ class SyncguardFixture:
 @pytest.fixture
 def syncguard(request: pytest.FixtureRequest) -> SyncguardFixture:
     """Guard part of a test (``with syncguard.forbid(): ...``) and record measurements."""
-    return SyncguardFixture(request.node, request.config.stash[SESSION].settings)
+    session = request.config.stash[SESSION]
+    return SyncguardFixture(request.node, session.settings, session)

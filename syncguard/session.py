@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from . import devices, isolate, phases, warmup
+from . import codescope, devices, isolate, phases, warmup
+from .aggregate import aggregate, split
+from .codescope import CodeScope
 from .events import RegionReport, format_report
 from .examples import final_report, wrap_examples
 from .explain import failure_table, summary_lines
@@ -48,6 +50,7 @@ class ItemState:
     poisoned: str | None = None
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
+    codescope: CodeScope = codescope.EVERYWHERE  # whose syncs count (set at collection)
 
     def observe(self, rep: pytest.TestReport) -> None:
         """Fold one phase's report into the test's outcome (the worst phase wins)."""
@@ -78,9 +81,13 @@ def merged(reports: list[RegionReport]) -> RegionReport:
 STATE = pytest.StashKey[ItemState]()
 
 
-def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEntry:
-    """The session report's record of one test, built where the test ran."""
+def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
+              keep_events: bool = False) -> TestEntry:
+    """The session report's record of one test, built where the test ran: one record per site
+    (aggregate.py), split by the test's code scope."""
     rep, plan, reason = state.report, state.plan, state.reason
+    syncs, out_syncs = aggregate(rep.syncs, state.codescope) if rep else ([], [])
+    allowed, out_allowed = aggregate(rep.allowed, state.codescope) if rep else ([], [])
     if not plan.audited:
         audit_state, reason = "off", plan.reason
     elif rep is None:
@@ -89,7 +96,7 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEn
     elif not rep.cuda_available:
         audit_state, reason = "not_audited", rep.reason
     else:
-        audit_state = "syncs" if not rep.clean else "allowed" if rep.allowed else "clean"
+        audit_state = "syncs" if syncs or rep.races else "allowed" if allowed else "clean"
         reason = reason or ("; ".join(rep.notes) or None)
     measurements: dict[str, Any] = {}
     for name, value in item.user_properties:
@@ -105,20 +112,57 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEn
               if torch is not None and torch.cuda.is_initialized() else None)
     return TestEntry(
         nodeid=item.nodeid, outcome=state.outcome, audit=audit_state, reason=reason,
-        syncs=tuple(rep.syncs) if rep else (), allowed=tuple(rep.allowed) if rep else (),
+        syncs=tuple(syncs), allowed=tuple(allowed), outside=tuple(out_syncs + out_allowed),
         races=tuple(rep.races) if rep else (), duration_s=round(state.duration, 6),
-        examples=state.examples, measurements=measurements, worker=worker,
-        device=device)
+        examples=state.examples, measurements=measurements, worker=worker, device=device,
+        events=tuple(rep.syncs + rep.allowed) if rep and keep_events else ())
 
 
-def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
+    """The report with only the syncs inside the scope (what is judged), saying how many are not."""
+    inside, outside = split(rep.syncs, scope)
+    if not outside:
+        return rep
+    note = f"{len(outside)} more sync(s) outside the code scope ({scope.text}), not counted"
+    return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes) + [note])
+
+
+def state_for(item: pytest.Item, settings, scope_for) -> ItemState | None:
+    """The test's plan and code scope; pytest.UsageError naming the test for a bad marker."""
+    plan = plan_for(item, settings)
+    if plan is None:
+        return None
+    try:
+        return ItemState(plan, codescope=scope_for(plan.scope, plan.ignore, "scope"))
+    except ValueError as e:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.syncguard: {e}") from None
+
+
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings, scope_for) -> None:
     for item in rep.result:
         if isinstance(item, pytest.Item):
             try:
-                plan_for(item, settings)
+                state_for(item, settings, scope_for)
             except pytest.UsageError as e:
                 rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
                 return
+
+
+class ScopeResolver:
+    """Option or marker text -> CodeScope, against this run's rootdir and test-file patterns;
+    each distinct text is resolved (file system, imports) once."""
+
+    def __init__(self, config: pytest.Config):
+        self.rootdir = config.rootpath
+        self.patterns = tuple(config.getini("python_files") or ())
+        self.done: dict[tuple, CodeScope] = {}
+
+    def __call__(self, scope: tuple[str, ...], ignore: tuple[str, ...],
+                 where: str = "--syncguard-scope") -> CodeScope:
+        key = (scope, ignore)
+        if key not in self.done:
+            self.done[key] = codescope.resolve(scope, ignore, self.rootdir, self.patterns, where)
+        return self.done[key]
 
 
 class SyncguardSession:
@@ -137,10 +181,17 @@ class SyncguardSession:
         self.child_reports: list[dict] = []
         self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
+        self.scope_for = ScopeResolver(config)
+        try:
+            self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
+        except ValueError as e:
+            raise pytest.UsageError(f"syncguard: {e}") from None
         if self.settings.report and not self.is_worker and not self.settings.child:
             path = Path(config.invocation_params.dir, self.settings.report)
             try:
-                self.file = SessionFile(path, self.settings.options())
+                self.file = SessionFile(path, {**self.settings.options(),
+                                               "scope": self.codescope.text},
+                                        max_stacks=self.settings.max_stacks)
             except OSError as e:
                 raise pytest.UsageError(f"syncguard: --syncguard-report={self.settings.report}: "
                                         f"cannot write there ({e.strerror or e})") from None
@@ -153,20 +204,20 @@ class SyncguardSession:
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             try:
-                plan = plan_for(item, self.settings)
+                state = state_for(item, self.settings, self.scope_for)
             except pytest.UsageError:
                 if self.is_worker:  # already a collection error (pytest_make_collect_report)
                     continue
                 raise
-            if plan is not None:
-                item.stash[STATE] = ItemState(plan)
+            if state is not None:
+                item.stash[STATE] = state
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            _fail_on_bad_markers(rep, self.settings)
+            _fail_on_bad_markers(rep, self.settings, self.scope_for)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -226,7 +277,7 @@ class SyncguardSession:
             for spec in plan.allows:
                 stack.enter_context(spec.scope())
             report = stack.enter_context(audit(plan.detectors, races=plan.races))
-            examples = wrap_examples(item, plan, stack)
+            examples = wrap_examples(item, plan, stack, state.codescope)
             try:
                 result = yield
             except (KeyboardInterrupt, SystemExit):
@@ -250,14 +301,16 @@ class SyncguardSession:
         if state.poisoned:
             state.failed_by_us = True
             pytest.fail(self.poison.text(state.poisoned), pytrace=False)
-        if judge and rep.cuda_available and not rep.clean:
+        judged = in_scope(rep, state.codescope)
+        if judge and rep.cuda_available and not judged.clean:
             if plan.mode == "fail":
                 state.failed_by_us = True
-                pytest.fail(failure_table(rep, title=f"syncguard: {item.nodeid}: {rep.summary()}"),
+                pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: "
+                                          f"{judged.summary()}", scope=state.codescope),
                             pytrace=False)
             if plan.mode == "warn":
-                first = rep.syncs[0] if rep.syncs else rep.races[0]
-                warnings.warn_explicit(SyncguardWarning(format_report(rep)), SyncguardWarning,
+                first = judged.syncs[0] if judged.syncs else judged.races[0]
+                warnings.warn_explicit(SyncguardWarning(format_report(judged)), SyncguardWarning,
                                        first.filename or "<unknown>", first.lineno or 0)
         return result
 
@@ -269,12 +322,14 @@ class SyncguardSession:
             return rep
         state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
-            if state.report is not None and not state.report.clean:
-                rep.sections.append(("syncguard", failure_table(state.report)))
+            judged = state.report and in_scope(state.report, state.codescope)
+            if judged and not judged.clean:
+                rep.sections.append(("syncguard", failure_table(judged, scope=state.codescope)))
             if state.poisoned:
                 rep.sections.append(("syncguard", self.poison.text(state.poisoned)))
         if rep.when == "teardown":  # the entry travels to the xdist controller as a plain dict
-            rep.syncguard_entry = entry_for(item, state, self.worker_id).to_dict()
+            rep.syncguard_entry = entry_for(item, state, self.worker_id,
+                                            self.settings.keep_events).to_dict()
             if state.poisoned and self.is_worker:  # the controller will see this worker go
                 rep.syncguard_poisoned = state.poisoned
         return rep
@@ -312,7 +367,7 @@ class SyncguardSession:
             if self.no_cuda_to_isolate:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{self.no_cuda_to_isolate}")
-            for line in summary_lines(tests, summarize(tests)):
+            for line in summary_lines(tests, summarize(tests), scope=self.codescope.text):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")

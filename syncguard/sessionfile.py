@@ -5,22 +5,34 @@ same object the plugin builds, the summary prints and the matrix reads. Written 
 interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
 is wrong with an input.
 
-Document shape (``schema_version`` 1)::
+Document shape (``schema_version`` 2; version 1 documents, one record per event, are still
+read: their events are aggregated on load, every one counted as in scope since version 1 had no
+scopes)::
 
-    {"schema_version": 1, "kind": "syncguard-session", "complete": true,
+    {"schema_version": 2, "kind": "syncguard-session", "complete": true,
      "created": "2026-11-29T16:00:00+00:00",
      "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
                      "device": "cuda" | "cpu", "python": "3.12.3", "platform": "...",
                      "hostname": "...", "syncguard": "0.1.0"},
-     "options": {"mode": "fail", "detectors": ["debug", "trace"], "races": false},
+     "options": {"mode": "fail", "detectors": ["debug", "trace"], "races": false,
+                 "scope": "src/ (default; ...)", "keep_events": false, "max_stacks": 5000},
      "summary": {"tests": 10, "audited": 8, "clean": 6, "with_syncs": 1, "allowed": 1,
-                 "not_audited": 2},
+                 "not_audited": 2, "syncs": 12, "outside_scope": 30},
+     "frames": ["/path/file.py:12 in f", ...],
      "tests": [{"nodeid": "cases/test_merge.py::test_x[cpu_mask]", "outcome": "passed",
                 "audit": "clean" | "syncs" | "allowed" | "not_audited" | "off",
-                "reason": null, "syncs": [SyncEvent...], "allowed": [SyncEvent...],
-                "races": [RaceEvent...], "duration_s": 0.12, "examples": null | int,
-                "measurements": {} , "worker": null | "gw0", "device": null | "cuda:0"}]}
+                "reason": null, "syncs": [SiteRecord...], "allowed": [SiteRecord...],
+                "outside": [SiteRecord...], "races": [RaceEvent...], "duration_s": 0.12,
+                "examples": null | int, "measurements": {} , "worker": null | "gw0",
+                "device": null | "cuda:0", "events": [SyncEvent...]}]}
+
+``syncs``/``allowed``/``outside``: one :class:`~syncguard.aggregate.SiteRecord` per (site, kind,
+API, op): unallowed syncs inside the code scope, allowed ones inside it, and every sync outside
+it (never failing). A record's ``stack`` is a list of indexes into ``frames``, the document's
+table of distinct frames, so that the many tests sharing pytest's outer frames store them once;
+only the first ``max_stacks`` records of a document keep a stack. ``events`` is empty unless
+``--syncguard-keep-events``: then every sync event of the test, as observed, stacks inline.
 """
 from __future__ import annotations
 
@@ -36,10 +48,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .events import SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema, parse_json
+from .aggregate import SiteRecord, aggregate, total
+from .events import RaceEvent, SchemaError, SyncEvent, parse_json
 
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
+#: the session document's own version (the region report and the baseline stay at 1)
+SESSION_SCHEMA_VERSION = 2
+READS = (1, 2)
+#: records that keep their first stack in one document, unless --syncguard-max-stacks says
+MAX_STACKS = 5000
 
 
 @dataclass(frozen=True)
@@ -56,14 +74,16 @@ class TestEntry:
     outcome: str
     audit: str
     reason: str | None = None
-    syncs: tuple[SyncEvent, ...] = ()
-    allowed: tuple[SyncEvent, ...] = ()
+    syncs: tuple[SiteRecord, ...] = ()  # inside the code scope, not allowed: these fail a test
+    allowed: tuple[SiteRecord, ...] = ()  # inside the code scope, allowed
     races: tuple[RaceEvent, ...] = ()
     duration_s: float = 0.0
     examples: int | None = None
     measurements: Mapping[str, Any] = field(default_factory=dict, hash=False)
     worker: str | None = None
     device: str | None = None
+    outside: tuple[SiteRecord, ...] = ()  # outside the code scope: counted, never failing
+    events: tuple[SyncEvent, ...] = ()  # every sync event, with --syncguard-keep-events only
 
     @property
     def audited(self) -> bool:
@@ -74,7 +94,7 @@ class TestEntry:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("syncs", "allowed", "races"):
+            if f.name in ("syncs", "allowed", "outside", "races", "events"):
                 value = [e.to_dict() for e in value]
             elif f.name == "measurements":
                 value = dict(value)
@@ -93,13 +113,22 @@ class TestEntry:
         if unknown:
             raise SchemaError(f"{data['nodeid']}: unknown fields {sorted(unknown)}")
         try:
-            return cls(**{**data,
-                          "syncs": tuple(SyncEvent.from_dict(e) for e in data.get("syncs") or ()),
-                          "allowed": tuple(SyncEvent.from_dict(e) for e in data.get("allowed") or ()),
+            syncs, allowed, outside = (_records(data.get(k)) for k in ("syncs", "allowed",
+                                                                         "outside"))
+            return cls(**{**data, "syncs": syncs, "allowed": allowed, "outside": outside,
                           "races": tuple(RaceEvent.from_dict(e) for e in data.get("races") or ()),
+                          "events": tuple(SyncEvent.from_dict(e) for e in data.get("events") or ()),
                           "measurements": dict(data.get("measurements") or {})})
-        except TypeError as e:
-            raise SchemaError(f"{data['nodeid']}: malformed event ({e})") from None
+        except (TypeError, SchemaError) as e:
+            raise SchemaError(f"{data['nodeid']}: malformed record ({e})") from None
+
+
+def _records(items: Any) -> tuple[SiteRecord, ...]:
+    """Site records; a version 1 list of events (no ``count``) is aggregated, all in scope."""
+    items = list(items or ())
+    recs = [SiteRecord.from_dict(d) for d in items if isinstance(d, dict) and "count" in d]
+    events = [SyncEvent.from_dict(d) for d in items if not (isinstance(d, dict) and "count" in d)]
+    return tuple(recs + aggregate(events)[0])
 
 
 TEST_FIELDS = tuple(f.name for f in dataclasses.fields(TestEntry))
@@ -151,13 +180,14 @@ def _nvidia_smi_driver() -> str | None:
 
 def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SESSION_SCHEMA_VERSION,
         "kind": "syncguard-session",
         "complete": False,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "environment": env if env is not None else environment(),
         "options": dict(options),
         "summary": {},
+        "frames": [],
         "tests": [],
     }
 
@@ -165,7 +195,7 @@ def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> 
 def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
     tests = list(tests)
     counts = {"tests": len(tests), "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
-              "not_audited": 0}
+              "not_audited": 0, "syncs": 0, "outside_scope": 0}
     for t in tests:
         state = t.audit
         if t.audited:
@@ -174,6 +204,8 @@ def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
         counts["with_syncs"] += state == "syncs"
         counts["allowed"] += state == "allowed"
         counts["not_audited"] += state == "not_audited"
+        counts["syncs"] += total(t.syncs)
+        counts["outside_scope"] += total(t.outside)
     return counts
 
 
@@ -222,17 +254,18 @@ def check_writable(path: Path) -> None:
 class SessionFile:
     """The report file of one pytest process that writes it (serial run or xdist controller)."""
 
-    def __init__(self, path: Path, options: dict[str, Any]):
+    def __init__(self, path: Path, options: dict[str, Any], max_stacks: int = MAX_STACKS):
         check_writable(path)
         self.path = path
         self.doc = new_document(options)
+        self.max_stacks = max_stacks
         self.last_write = 0.0
 
     def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
         tests = list(tests)
-        self.doc.update(complete=complete, summary=summarize(tests),
-                        tests=[t.to_dict() for t in tests])
-        write_atomic(self.path, json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
+        frames, packed = pack_stacks(tests, self.max_stacks)
+        self.doc.update(complete=complete, summary=summarize(tests), frames=frames, tests=packed)
+        write_atomic(self.path, render_document(self.doc))
         self.last_write = time.monotonic()
 
     def write_now_and_then(self, tests: Iterable[TestEntry]) -> None:
@@ -255,15 +288,71 @@ def read_json(path: str | os.PathLike, what: str = "file") -> Any:
     return parse_json(text, str(path))
 
 
+def render_document(doc: dict[str, Any]) -> str:
+    """The document as JSON text: the header indented, then one line per frame and per test.
+
+    Why not ``indent=1`` throughout: it spends a line on every list item, which doubled the size
+    of a large report (bench/bench_report_size.py); one line per test keeps diffs per test.
+    """
+    head = json.dumps({k: v for k, v in doc.items() if k not in ("frames", "tests")}, indent=1)
+
+    def block(name: str) -> str:
+        return f' "{name}": [' + ",".join(
+            "\n  " + json.dumps(x, separators=(",", ":")) for x in doc.get(name, [])) + "]"
+
+    return head[:-2] + ",\n" + block("frames") + ",\n" + block("tests") + "\n}\n"
+
+
+def pack_stacks(tests: Iterable[TestEntry], max_stacks: int = MAX_STACKS
+                ) -> tuple[list[str], list[dict[str, Any]]]:
+    """(frame table, test dicts whose records' stacks index it); records past ``max_stacks``
+    (counted in test order) keep no stack. Events kept with --syncguard-keep-events stay inline."""
+    table: dict[str, int] = {}
+    kept = 0
+    out = []
+    for t in tests:
+        d = t.to_dict()
+        for key in ("syncs", "allowed", "outside"):
+            for rec in d[key]:
+                if rec["stack"] and kept < max_stacks:
+                    rec["stack"] = [table.setdefault(f, len(table)) for f in rec["stack"]]
+                    kept += 1
+                else:
+                    rec["stack"] = []
+        out.append(d)
+    return list(table), out
+
+
+def _unpack_stacks(doc: dict[str, Any]) -> None:
+    frames = doc.get("frames") or []
+    if not isinstance(frames, list):
+        raise SchemaError("'frames' is not a list")
+    for t in doc["tests"]:
+        for key in ("syncs", "allowed", "outside"):
+            for rec in (t.get(key) or []) if isinstance(t, dict) else []:
+                stack = rec.get("stack") if isinstance(rec, dict) and "count" in rec else None
+                if stack and all(isinstance(i, int) for i in stack):
+                    if not all(0 <= i < len(frames) for i in stack):
+                        raise SchemaError(f"{t.get('nodeid')}: a stack names a frame past the "
+                                          f"{len(frames)} in 'frames'")
+                    rec["stack"] = [frames[i] for i in stack]
+
+
 def load_document(path: str | os.PathLike) -> dict[str, Any]:
     """Read and validate one session report; raises SchemaError with a one-line reason.
 
-    ``doc["tests"]`` comes back as a list of :class:`TestEntry`.
+    ``doc["tests"]`` comes back as a list of :class:`TestEntry`, stacks as frame strings; a
+    version 1 document comes back in version 2's shape.
     """
     path = Path(path)
     doc = read_json(path, "session report")
     try:
-        check_schema(doc, "session report")
+        if not isinstance(doc, dict):
+            raise SchemaError("session report is not a JSON object")
+        version = doc.get("schema_version")
+        if version not in READS:
+            raise SchemaError(f"session report has schema_version {version!r}; this syncguard "
+                              f"reads {', '.join(map(str, READS))}")
         if doc.get("kind") != "syncguard-session":
             raise SchemaError(f"kind is {doc.get('kind')!r}, not 'syncguard-session'")
         for key in ("environment", "tests"):
@@ -271,7 +360,9 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
                 raise SchemaError(f"missing {key!r}")
         if not isinstance(doc["tests"], list):
             raise SchemaError("'tests' is not a list")
+        _unpack_stacks(doc)
         doc["tests"] = [TestEntry.from_dict(t) for t in doc["tests"]]
+        doc["schema_version"], doc["frames"] = SESSION_SCHEMA_VERSION, []
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None
     return doc

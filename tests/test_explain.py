@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from syncguard.aggregate import aggregate
 from syncguard.events import RegionReport, SyncEvent
 from syncguard.explain import HINTS, group_by_site, hint_for, failure_table, summary_lines
 from syncguard.sessionfile import TestEntry
@@ -72,10 +73,16 @@ def test_group_by_site_counts_in_first_seen_order(src):
     assert group_by_site([a, b, a, a]) == [(a, 3), (b, 1)]
 
 
+def _records(*events):
+    """A session report's per-site records of these events (aggregate.py)."""
+    return tuple(aggregate(events)[0])
+
+
 def test_summary_lines(src):
     tests = [
-        TestEntry("t::a", "passed", "syncs", syncs=(ev(src, 2, op="aten::nonzero"),) * 2),
-        TestEntry("t::b", "passed", "syncs", syncs=(ev(src, 2, op="aten::nonzero"), ev(src, 3))),
+        TestEntry("t::a", "passed", "syncs", syncs=_records(*(ev(src, 2, op="aten::nonzero"),) * 2)),
+        TestEntry("t::b", "passed", "syncs", syncs=_records(ev(src, 2, op="aten::nonzero"),
+                                                             ev(src, 3))),
         TestEntry("t::c", "passed", "not_audited", reason="CUDA is not available"),
         TestEntry("t::d", "passed", "off"),
     ]

@@ -384,7 +384,7 @@ def test_report_schema_and_no_cuda(pytester, run):
     assert (t["test_skipped"]["outcome"], t["test_skipped"]["audit"]) == ("skipped", "off")
     assert t["test_xf"]["outcome"] == "xfailed"
     assert doc["summary"] == {"tests": 3, "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
-                              "not_audited": 2}
+                              "not_audited": 2, "syncs": 0, "outside_scope": 0}
     res.stdout.fnmatch_lines(["*2 not audited (no CUDA)*",
                               "not audited because: CUDA is not available*"])
     assert not list((pytester.path / "sub").glob(".r.json.*"))  # no temp file left behind
@@ -715,9 +715,9 @@ def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, ru
     t = _tests(_doc(pytester))
     assert (t["test_compile"]["audit"], t["test_compile"]["syncs"]) == ("allowed", [])
     moved = t["test_compile"]["allowed"][0]
-    assert moved["phase"] == "compile" and moved["lineno"] == _line(PHASE_TESTS, "fake::compile")
+    assert moved["phases"] == {"compile": 1} and moved["lineno"] == _line(PHASE_TESTS, "fake::compile")
     assert "--syncguard-fail-on-phase=compile" in moved["reason"]
-    assert t["test_capture_marked"]["syncs"][0]["phase"] == "graph_capture"
+    assert t["test_capture_marked"]["syncs"][0]["phases"] == {"graph_capture": 1}  # per-site record
     res.stdout.fnmatch_lines([
         "2 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
         f"*test_m.py:{_line(PHASE_TESTS, 'fake::compile')}  [[]compile] stream_sync fake::compile  "
