@@ -11,17 +11,18 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from syncguard.report import load_document  # noqa: E402
+from syncguard.sessionfile import load_document  # noqa: E402
 
 
 def _sites(events):
-    return sorted({(e["kind"], e["api"], e.get("op"), os.path.basename(e.get("filename") or "?"),
-                    e.get("lineno")) for e in events})
+    return sorted({(e.kind, e.api, e.op, os.path.basename(e.filename or "?"), e.lineno)
+                   for e in events})
 
 
 def digest(doc):
-    return {t["nodeid"]: {"outcome": t["outcome"], "audit": t["audit"], "syncs": _sites(t["syncs"]),
-                          "allowed": _sites(t["allowed"])} for t in doc["tests"]}
+    """Per nodeid what must agree; ``doc`` as load_document returns it (tests are TestEntry)."""
+    return {t.nodeid: {"outcome": t.outcome, "audit": t.audit, "syncs": _sites(t.syncs),
+                       "allowed": _sites(t.allowed)} for t in doc["tests"]}
 
 
 def compare(a: dict, b: dict) -> list[str]:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .events import RaceEvent, Report, SchemaError, SyncError, SyncEvent  # noqa: E402
+from .events import RaceEvent, RegionReport, Report, SchemaError, SyncError, SyncEvent  # noqa: E402
 from .scope import allow, audit, forbid  # noqa: E402
 
-__all__ = ["audit", "forbid", "allow", "Report", "SyncEvent", "RaceEvent", "SyncError",
+__all__ = ["audit", "forbid", "allow", "RegionReport", "Report", "SyncEvent", "RaceEvent", "SyncError",
            "SchemaError", "__version__"]

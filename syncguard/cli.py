@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import io
 import json
 import os
 import sys
@@ -15,7 +14,8 @@ from pathlib import Path
 
 from . import matrix as mx
 from .events import SchemaError
-from .report import load_document, write_atomic
+from .formats import FORMATS
+from .sessionfile import load_document, read_json, write_atomic
 
 
 class InputError(Exception):
@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("reports", nargs="+", metavar="REPORT",
                      help="session report JSON files or glob patterns (quoted patterns are expanded)")
     rep.add_argument("--baseline", metavar="FILE", help="accepted outcomes per run and case")
-    rep.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    rep.add_argument("--format", choices=tuple(FORMATS), default="table",
+                     help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items()))
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
                      help="regression: exit 1 if a case got worse than the baseline; "
                           "any: exit 1 on any unallowed sync or race; never: exit 0")
@@ -64,34 +65,27 @@ def expand(patterns: list[str], exclude: Path | None = None) -> list[Path]:
 
 
 def load_baseline(path: Path) -> dict:
+    if not path.exists():
+        raise InputError(f"{path}: baseline not found (create it with --update-baseline)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: baseline not found (create it with --update-baseline)") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read baseline ({e.strerror or e})") from None
+        data = read_json(path, "baseline")
+    except SchemaError as e:
+        raise InputError(str(e)) from None
     try:
-        return mx.check_baseline(json.loads(text))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+        return mx.check_baseline(data)
     except SchemaError as e:
         raise InputError(f"{path}: {e}") from None
 
 
 def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: bool) -> str | None:
     """Rendered text, or None when a rich table went straight to the terminal."""
-    if fmt == "markdown":
-        return mx.render_markdown(matrix, cmp)
-    if fmt == "json":
-        return mx.render_json(matrix, cmp)
-    from rich.console import Console
+    chosen = FORMATS[fmt]
+    if to_terminal and chosen.rich is not None:
+        from rich.console import Console
 
-    if to_terminal:
-        Console().print(mx.render_table(matrix, cmp))
+        Console().print(chosen.rich(matrix, cmp))
         return None
-    buffer = io.StringIO()
-    Console(file=buffer, width=160, color_system=None).print(mx.render_table(matrix, cmp))
-    return buffer.getvalue()
+    return chosen.text(matrix, cmp)
 
 
 def _write(path: str | Path, text: str) -> None:
@@ -101,7 +95,8 @@ def _write(path: str | Path, text: str) -> None:
         raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
 
 
-def report(args: argparse.Namespace) -> int:
+def matrix_command(args: argparse.Namespace) -> int:
+    """``syncguard report``: read, check, render, write, then judge the gate."""
     if args.update_baseline and not args.baseline:
         raise InputError("--update-baseline needs --baseline FILE (where to write it)")
     if args.fail_on == "regression" and not args.baseline:
@@ -145,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # usage errors (2) and --help (0) as a return value, for callers and tests
         return e.code if isinstance(e.code, int) else 2
     try:
-        return report(args)
+        return matrix_command(args)
     except InputError as e:
         print(f"syncguard: error: {e}", file=sys.stderr)
         return 2

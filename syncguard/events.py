@@ -33,6 +33,14 @@ class SchemaError(ValueError):
     """A JSON document is not one syncguard can read."""
 
 
+def parse_json(text: str, where: str) -> Any:
+    """``json.loads`` with the one message syncguard gives for text that is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{where}: not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+
+
 def check_schema(data: Any, what: str = "document") -> None:
     if not isinstance(data, dict):
         raise SchemaError(f"{what} is not a JSON object")
@@ -41,17 +49,34 @@ def check_schema(data: Any, what: str = "document") -> None:
         raise SchemaError(f"{what} has schema_version {version!r}; this syncguard reads {SCHEMA_VERSION}")
 
 
-def _from_fields(cls, data: dict):
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names - {"schema_version"}
-    if unknown:
-        raise SchemaError(f"{cls.__name__} has unknown fields {sorted(unknown)}")
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
-    return cls(**kwargs)
+class _Event:
+    """What SyncEvent and RaceEvent share: a ``file:line`` and a JSON round-trip (lists <-> tuples)."""
+
+    filename: str | None
+    lineno: int | None
+
+    @property
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        if not isinstance(data, dict):
+            raise SchemaError(f"{cls.__name__} is not a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - names - {"schema_version"}
+        if unknown:
+            raise SchemaError(f"{cls.__name__} has unknown fields {sorted(unknown)}")
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
+        return cls(**kwargs)
 
 
 @dataclass(frozen=True)
-class SyncEvent:
+class SyncEvent(_Event):
     """One time the host waited for the device, attributed to the user's line."""
 
     api: str
@@ -68,20 +93,9 @@ class SyncEvent:
     reason: str | None = None  # the allow() reason, for allowed syncs
     note: str | None = None
 
-    @property
-    def where(self) -> str:
-        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "SyncEvent":
-        return _from_fields(cls, data)
-
 
 @dataclass(frozen=True)
-class RaceEvent:
+class RaceEvent(_Event):
     """Two accesses to one tensor from different streams (or the host) with no ordering between them."""
 
     kind: str  # always RACE; kept so a mixed list of events reads the same way
@@ -96,21 +110,14 @@ class RaceEvent:
     thread: str = ""
     detectors: tuple[str, ...] = ("races",)
 
-    @property
-    def where(self) -> str:
-        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
-
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RaceEvent":
-        return _from_fields(cls, data)
-
 
 @dataclass
-class Report:
-    """What one audited region saw."""
+class RegionReport:
+    """What one audited region (``audit()``/``forbid()``, or one test's call phase) saw.
+
+    Named for the region so it is not mistaken for the session report file (sessionfile.py) or
+    the run matrix (matrix.py).
+    """
 
     syncs: list[SyncEvent] = field(default_factory=list)
     allowed: list[SyncEvent] = field(default_factory=list)
@@ -137,7 +144,7 @@ class Report:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Report":
+    def from_dict(cls, data: dict) -> "RegionReport":
         check_schema(data, "report")
         return cls(
             syncs=[SyncEvent.from_dict(e) for e in data.get("syncs", [])],
@@ -153,12 +160,8 @@ class Report:
         return json.dumps(self.to_dict(), **kw)
 
     @classmethod
-    def from_json(cls, text: str) -> "Report":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"report is not valid JSON: {e}") from None
-        return cls.from_dict(data)
+    def from_json(cls, text: str) -> "RegionReport":
+        return cls.from_dict(parse_json(text, "report"))
 
     def summary(self) -> str:
         if not self.cuda_available:
@@ -170,15 +173,19 @@ class Report:
         return ", ".join(parts) + f" ({', '.join(kinds)})"
 
 
+#: The name before 0.2, kept so code written against it (and ``syncguard.Report``) keeps working.
+Report = RegionReport
+
+
 class SyncError(AssertionError):
     """Raised by forbid() when a region synced without an allow()."""
 
-    def __init__(self, report: Report, message: str | None = None):
+    def __init__(self, report: RegionReport, message: str | None = None):
         self.report = report
         super().__init__(message or format_report(report))
 
 
-def format_report(report: Report) -> str:
+def format_report(report: RegionReport) -> str:
     """Plain-text explanation, one line per event; the plugin renders a richer table."""
     lines = [f"syncguard: {report.summary()}"]
     for e in report.syncs:

@@ -1,8 +1,9 @@
 """The run matrix: session reports of several runs side by side, compared with each other and a baseline.
 
-Pure functions only (no argv, no exit codes, no writing): :mod:`syncguard.cli` does the IO.
+Pure functions only (no argv, no exit codes, no writing): :mod:`syncguard.cli` does the IO and
+:mod:`syncguard.formats` turns a matrix into text.
 
-A *run* is one session report (torch version × device, named by :func:`report.run_label`); a
+A *run* is one session report (torch version × device, named by :func:`sessionfile.run_label`); a
 *case* is one test nodeid. Runs sort by torch version (numeric, local part such as ``+cu130``
 ignored), GPU runs before CPU runs of the same version. Adjacent versions are compared within one
 *series* (same device and GPU model), so a CPU run never reads as a GPU case "getting cleaner".
@@ -23,14 +24,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .events import RACE, SCHEMA_VERSION, SchemaError
-from .report import run_label
+from .events import RACE, SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema
+from .sessionfile import TestEntry, run_label
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
 STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off", "missing")
@@ -107,7 +107,7 @@ class Cell:
             return self.text
         parts = ["failed"] if self.state == "failed" else []
         if self.syncs:
-            parts.append(f"{_count(len(self.syncs), 'sync')} ({_few(self.syncs)})")
+            parts.append(f"{plural(len(self.syncs), 'sync')} ({_few(self.syncs)})")
         if self.allowed:
             parts.append(f"allowed {len(self.allowed)} ({_few(self.allowed)})")
         return " + ".join(parts)
@@ -168,7 +168,7 @@ class Comparison:
 
 # -- building -----------------------------------------------------------------------------------
 
-def _count(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -188,28 +188,27 @@ def summary(state: str, n_syncs: int, kinds: Iterable[str], n_allowed: int,
             allowed_kinds: Iterable[str]) -> str:
     parts = ["failed"] if state == "failed" else []
     if n_syncs:
-        parts.append(f"{_count(n_syncs, 'sync')} ({', '.join(kinds)})")
+        parts.append(f"{plural(n_syncs, 'sync')} ({', '.join(kinds)})")
     if n_allowed:
         parts.append(f"allowed {n_allowed} ({', '.join(allowed_kinds)})")
     return " + ".join(parts) or state
 
 
-def _phrase(e: dict[str, Any]) -> str:
-    where = f"{os.path.basename(e['filename'])}:{e.get('lineno')}" if e.get("filename") else None
-    if e.get("kind") == RACE:
-        text = f"race: {e.get('what', '?')}"
+def _phrase(e: SyncEvent | RaceEvent) -> str:
+    where = f"{os.path.basename(e.filename)}:{e.lineno}" if e.filename else None
+    if isinstance(e, RaceEvent) or e.kind == RACE:
+        text = f"race: {getattr(e, 'what', None) or '?'}"
     else:
-        text = e.get("api") or e.get("kind") or "?"
-        ops = e.get("ops") or []
-        outer = ops[0] if ops and ops[0] != e.get("op") else None
-        text += f" via {outer + ' → ' if outer else ''}{e['op']}" if e.get("op") else ""
+        text = e.api or e.kind or "?"
+        outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
+        text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
     return text + (f" at {where}" if where else "")
 
 
-def make_cell(test: dict[str, Any], run: Run) -> Cell:
-    events = list(test.get("syncs") or []) + list(test.get("races") or [])
-    allowed = list(test.get("allowed") or [])
-    outcome, audit = test.get("outcome"), test.get("audit")
+def make_cell(test: TestEntry, run: Run) -> Cell:
+    events = list(test.syncs) + list(test.races)
+    allowed = list(test.allowed)
+    outcome, audit = test.outcome, test.audit
     if outcome in FAILED_OUTCOMES:
         state = "failed"
     elif outcome == "skipped":
@@ -218,12 +217,12 @@ def make_cell(test: dict[str, Any], run: Run) -> Cell:
         state = audit
     else:
         state = "syncs" if events else "allowed" if allowed else "clean"
-    reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.get("reason")
-    numbers = {k: float(v) for k, v in (test.get("measurements") or {}).items()
+    reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
+    numbers = {k: float(v) for k, v in test.measurements.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return Cell(state, outcome, tuple(_phrase(e) for e in events),
-                tuple(sorted({e.get("kind", "?") for e in events})), tuple(_phrase(e) for e in allowed),
-                tuple(sorted({e.get("kind", "?") for e in allowed})), reason, numbers)
+                tuple(sorted({e.kind or "?" for e in events})), tuple(_phrase(e) for e in allowed),
+                tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers)
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:
@@ -234,7 +233,9 @@ def make_run(doc: dict[str, Any], path: str = "") -> Run:
 
 
 def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
-    """Matrix from (path, loaded document) pairs. Raises SchemaError for two reports of one run."""
+    """Matrix from (path, document from :func:`sessionfile.load_document`) pairs.
+
+    Raises SchemaError for two reports of one run."""
     runs: dict[str, Run] = {}
     cells: dict[tuple[str, str], Cell] = {}
     for path, doc in docs:
@@ -244,7 +245,7 @@ def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
                               f"'{run.label}'; pass one of them")
         runs[run.label] = run
         for test in doc["tests"]:
-            cells[(run.label, test["nodeid"])] = make_cell(test, run)
+            cells[(run.label, test.nodeid)] = make_cell(test, run)
     ordered = tuple(sorted(runs.values(), key=lambda r: r.sort_key))
     nodeids = tuple(sorted({nodeid for _, nodeid in cells}))
     return Matrix(ordered, nodeids, cells)
@@ -306,11 +307,7 @@ def make_baseline(matrix: Matrix, old: dict[str, Any] | None = None) -> dict[str
 
 def check_baseline(data: Any) -> dict[str, Any]:
     """Validate a loaded baseline; raises SchemaError with the bad value named."""
-    if not isinstance(data, dict):
-        raise SchemaError("baseline is not a JSON object")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise SchemaError(f"baseline has schema_version {data.get('schema_version')!r}; "
-                          f"this syncguard reads {SCHEMA_VERSION}")
+    check_schema(data, "baseline")
     if data.get("kind") != BASELINE_KIND:
         raise SchemaError(f"kind is {data.get('kind')!r}, not {BASELINE_KIND!r}")
     if not isinstance(data.get("runs"), dict):
@@ -417,117 +414,3 @@ def measurement_rows(matrix: Matrix) -> list[list[str]]:
                     prev[key] = m[key]
                 rows.append(row)
     return rows
-
-
-# -- rendering ----------------------------------------------------------------------------------
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _totals(matrix: Matrix) -> str:
-    n_bad = len({n for _, n in unallowed(matrix)})
-    incomplete = [r.label for r in matrix.runs if not r.complete]
-    text = (f"{_count(len(matrix.runs), 'run')}, {_count(len(matrix.nodeids), 'case')}; "
-            f"{n_bad} with unallowed syncs or races")
-    return text + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
-
-
-def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
-    if cmp is None:
-        return []
-
-    def fmt(d: Delta) -> str:
-        return f"{d.nodeid} on {d.label}: {d.before} -> {d.after}" + (f" ({d.why})" if d.why else "")
-
-    return [("Regressions", [fmt(d) for d in cmp.regressions]),
-            ("Improvements", [fmt(d) for d in cmp.improvements]),
-            ("New runs (not in baseline)", list(cmp.new_runs)),
-            ("New cases (not in baseline)", [fmt(d) for d in cmp.new_cases]),
-            ("Missing (in baseline, not in run)", [fmt(d) for d in cmp.missing])]
-
-
-def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
-    """A GitHub job summary: totals, the matrix table, changes, baseline comparison, measurements."""
-    out = ["## syncguard", "", _totals(matrix), ""]
-    out.append("| case | " + " | ".join(_md(r.label) for r in matrix.runs) + " |")
-    out.append("|---" * (len(matrix.runs) + 1) + "|")
-    for nodeid in matrix.nodeids:
-        out.append(f"| `{_md(nodeid)}` | "
-                   + " | ".join(_md(matrix.cell(r.label, nodeid).text) for r in matrix.runs) + " |")
-    found = changes(matrix)
-    out += ["", "### Changes between versions", ""]
-    out += [f"- `{_md(c.nodeid)}` ({_md(c.series)}): {_md(c.text)}" for c in found] or ["- none"]
-    if cmp is not None:
-        out += ["", "### Against the baseline", ""]
-        for title, lines in _comparison_lines(cmp):
-            if lines:
-                out += [f"**{title}**", ""] + [f"- {_md(x)}" for x in lines] + [""]
-        if not any(lines for _, lines in _comparison_lines(cmp)):
-            out += ["- same as the baseline", ""]
-    rows = measurement_rows(matrix)
-    if rows:
-        out += ["", "### Measurements", "", "| case | run | " + " | ".join(t for _, t in MEASURES) + " |",
-                "|---" * (len(MEASURES) + 2) + "|"]
-        out += [f"| `{_md(row[0])}` | " + " | ".join(_md(x) for x in row[1:]) + " |" for row in rows]
-    return "\n".join(out).rstrip() + "\n"
-
-
-def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
-    """Machine-readable matrix (kind 'syncguard-matrix')."""
-    def cell(c: Cell) -> dict[str, Any]:
-        return {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": list(c.syncs),
-                "kinds": list(c.kinds), "allowed": list(c.allowed),
-                "allowed_kinds": list(c.allowed_kinds), "reason": c.reason,
-                "measurements": dict(c.measurements)}
-
-    doc: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION, "kind": "syncguard-matrix",
-        "runs": [{"label": r.label, "path": r.path, "torch": r.torch, "device": r.device,
-                  "gpu": r.gpu, "complete": r.complete} for r in matrix.runs],
-        "cases": [{"nodeid": n, "cells": {r.label: cell(matrix.cell(r.label, n)) for r in matrix.runs}}
-                  for n in matrix.nodeids],
-        "changes": [{"nodeid": c.nodeid, "series": c.series, "text": c.text} for c in changes(matrix)],
-        "baseline": None,
-    }
-    if cmp is not None:
-        doc["baseline"] = {"regressions": [asdict(d) for d in cmp.regressions],
-                           "improvements": [asdict(d) for d in cmp.improvements],
-                           "new_runs": list(cmp.new_runs),
-                           "new_cases": [asdict(d) for d in cmp.new_cases],
-                           "missing": [asdict(d) for d in cmp.missing]}
-    return doc
-
-
-def render_json(matrix: Matrix, cmp: Comparison | None = None) -> str:
-    return json.dumps(to_json(matrix, cmp), indent=1, ensure_ascii=False) + "\n"
-
-
-def render_table(matrix: Matrix, cmp: Comparison | None = None):
-    """rich renderables for a terminal: the matrix, then the same lists as the markdown."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    style = {"clean": "green", "syncs": "bold red", "failed": "bold red", "allowed": "yellow"}
-    table = Table(title="syncguard", caption=_totals(matrix))
-    table.add_column("case", overflow="fold")
-    for run in matrix.runs:
-        table.add_column(Text(run.label), overflow="fold")
-    for nodeid in matrix.nodeids:  # Text, not str: '[param]' in a nodeid is not rich markup
-        cells = [matrix.cell(r.label, nodeid) for r in matrix.runs]
-        table.add_row(Text(nodeid), *(Text(c.text, style=style.get(c.state, "dim")) for c in cells))
-    parts: list[Any] = [table, Text("Changes between versions", style="bold")]
-    parts += [Text(f"  {c.nodeid} ({c.series}): {c.text}") for c in changes(matrix)] or [Text("  none")]
-    for title, lines in _comparison_lines(cmp):
-        if lines:
-            parts += [Text(title, style="bold")] + [Text(f"  {x}") for x in lines]
-    rows = measurement_rows(matrix)
-    if rows:
-        mt = Table(title="measurements")
-        for title in ["case", "run"] + [t for _, t in MEASURES]:
-            mt.add_column(title, overflow="fold")
-        for row in rows:
-            mt.add_row(*map(Text, row))
-        parts.append(mt)
-    return Group(*parts)

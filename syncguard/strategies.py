@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import hypothesis.strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.strategies import SearchStrategy
+
+from .scope import allow
 
 __all__ = [
     "MAX_TOKENS", "MAX_HIDDEN", "MASK_PATTERNS", "LAYOUTS", "PLACEMENTS", "MM_CONTAINERS",
@@ -68,7 +72,26 @@ _BASE_DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64")
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument checking (one line, names the argument and the bad value)
+# Argument checking (one line, names the argument and the bad value) and readable reprs
+
+
+def _shown_as_call(fn: Callable[..., SearchStrategy]) -> Callable[..., SearchStrategy]:
+    """The strategy ``fn`` returns reads as the call that made it, ``masks(max_tokens=8)``, in
+    hypothesis's output, instead of the name of an inner ``@st.composite`` (``draw_mask()``).
+    Arguments are still checked when ``fn`` is called, not at the first draw."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        inner = fn(*args, **kwargs)
+
+        def draw_it(draw, **_):
+            return draw(inner)
+
+        draw_it.__name__ = draw_it.__qualname__ = fn.__name__
+        return st.composite(draw_it)(**signature.bind(*args, **kwargs).arguments)
+
+    return wrapper
 
 def _fail(func: str, message: str) -> InvalidArgument:
     return InvalidArgument(f"{func}: {message}")
@@ -141,6 +164,7 @@ def _cuda_available() -> bool:
 # ---------------------------------------------------------------------------------------------
 # Masks
 
+@_shown_as_call
 def masks(*, tokens: int | SearchStrategy[int] | None = None, min_tokens: int = 0,
           max_tokens: int = 64, min_density: float = 0.0, max_density: float = 1.0,
           patterns: Sequence[str] = MASK_PATTERNS) -> SearchStrategy:
@@ -224,6 +248,7 @@ def available_dtypes(*, float8: bool = True) -> tuple:
     return tuple(getattr(torch, n) for n in names if hasattr(torch, n))
 
 
+@_shown_as_call
 def dtypes(*, float8: bool = True, exclude: Sequence = ()) -> SearchStrategy:
     """Floating dtypes for embeddings (see ``available_dtypes``), minus ``exclude``."""
     func = "dtypes()"
@@ -267,6 +292,7 @@ _INTERESTING_HIDDEN = (1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 127, 129, 1
                        4095, 4096, 4097, 8191, 8192)
 
 
+@_shown_as_call
 def embedding_shapes(*, tokens: int | SearchStrategy[int] | None = None,
                      hidden: int | SearchStrategy[int] | None = None, min_tokens: int = 0,
                      max_tokens: int = 64, min_hidden: int = 1, max_hidden: int = 64,
@@ -295,6 +321,7 @@ def embedding_shapes(*, tokens: int | SearchStrategy[int] | None = None,
 # ---------------------------------------------------------------------------------------------
 # Mask placement
 
+@_shown_as_call
 def mask_placements(*, placements: Sequence[str] | None = None) -> SearchStrategy[str]:
     """Where the mask lives: ``cpu``, and ``cpu_pinned``/``cuda`` only when CUDA is available.
 
@@ -344,6 +371,7 @@ class GlobalMode:
         return deterministic_algorithms(self.deterministic)
 
 
+@_shown_as_call
 def global_modes(*, deterministic: bool | SearchStrategy[bool] | None = None
                  ) -> SearchStrategy[GlobalMode]:
     """Global modes (today: deterministic algorithms on/off); ``None`` draws both."""
@@ -460,6 +488,7 @@ def _check_device(func: str, value: Any):
     return dev
 
 
+@_shown_as_call
 def merge_inputs(*, device: Any = None, dtype: Any = None, mm_dtype: Any = None,
                  mask_placement: str | SearchStrategy[str] | None = None,
                  shape: EmbeddingShape | SearchStrategy[EmbeddingShape] | None = None,
@@ -577,9 +606,6 @@ def merge_inputs(*, device: Any = None, dtype: Any = None, mm_dtype: Any = None,
     return draw_inputs()
 
 
-def _allow(reason: str):
-    """``syncguard.allow(reason)`` (imported late: syncguard's package init imports the region
-    machinery, which strategies do not otherwise need)."""
-    from . import allow
-
+def _allow(reason: str) -> allow:
+    """``syncguard.allow(reason)``: building an example on the device may sync, by design."""
     return allow(reason)

@@ -10,7 +10,8 @@ import pytest
 
 from syncguard import matrix as mx
 from syncguard.events import RaceEvent, SchemaError, SyncEvent
-from syncguard.report import load_document
+from syncguard.formats import render_markdown, to_json
+from syncguard.sessionfile import TestEntry, load_document
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
 DECL = "cases/test_merge.py::test_declared_sync[index_put_cpu_mask]"
@@ -21,11 +22,18 @@ V28, V211, V213 = "cuda-torch-2.8.0", "cuda-torch-2.11.0", "cpu-torch-2.13.0"
 
 
 def doc(name: str) -> dict:
-    return load_document(FIXTURES / f"{name}.json")
+    """A fixture report as plain JSON (tests as dicts), free to change before building."""
+    d = load_document(FIXTURES / f"{name}.json")
+    return {**d, "tests": [t.to_dict() for t in d["tests"]]}
+
+
+def typed(d: dict) -> dict:
+    """What load_document gives: the same document with each test a TestEntry."""
+    return {**d, "tests": [TestEntry.from_dict(t) for t in d["tests"]]}
 
 
 def build(*docs: dict) -> mx.Matrix:
-    return mx.build((f"r{i}.json", d) for i, d in enumerate(docs))
+    return mx.build((f"r{i}.json", typed(d)) for i, d in enumerate(docs))
 
 
 def label(d: dict) -> str:
@@ -101,7 +109,7 @@ def test_changes_group_equal_versions_into_spans():
 
 def test_duplicate_run_is_refused_naming_both_files():
     with pytest.raises(SchemaError, match=r"a\.json and b\.json are both reports of run 'torch 2\.11\.0"):
-        mx.build([("a.json", doc(V211)), ("b.json", doc(V211))])
+        mx.build([("a.json", typed(doc(V211))), ("b.json", typed(doc(V211)))])
 
 
 def test_measurements_show_percent_change_between_versions():
@@ -203,7 +211,7 @@ def test_markdown_has_table_changes_comparison_and_measurements():
     d28, d211 = doc(V28), doc(V211)
     entry(d211, ROWS)["nodeid"] = ROWS[:-1] + "|pipe]"  # parametrize ids may hold a pipe
     m = build(d28, d211)
-    md = mx.render_markdown(m, mx.compare(m, mx.make_baseline(build(doc(V28)))))
+    md = render_markdown(m, mx.compare(m, mx.make_baseline(build(doc(V28)))))
     lines = md.splitlines()
     header = f"| case | {label(d28)} | {label(d211)} |"
     assert header in lines and lines[lines.index(header) + 1] == "|---|---|---|"
@@ -221,7 +229,7 @@ def test_markdown_has_table_changes_comparison_and_measurements():
 
 def test_json_matrix_is_machine_readable():
     m = build(doc(V28), doc(V211))
-    data = mx.to_json(m, None)
+    data = to_json(m, None)
     assert data["kind"] == "syncguard-matrix" and data["baseline"] is None
     case = next(c for c in data["cases"] if c["nodeid"] == NOSYNC)
     assert case["cells"][label(doc(V28))]["kinds"] == ["stream_sync"]

@@ -258,3 +258,10 @@ def test_merge_inputs_refuse_cuda_without_cuda():
         sgs.merge_inputs(device="cuda")
     with pytest.raises(InvalidArgument, match=r"needs CUDA for \['cuda'\]"):
         sgs.merge_inputs(mask_placement="cuda")
+
+
+def test_strategies_read_as_the_call_that_made_them():
+    """hypothesis prints a strategy's repr; it names the public call, not an inner composite."""
+    assert repr(sgs.masks(max_tokens=8)) == "masks(max_tokens=8)"
+    assert repr(sgs.merge_inputs(device="cpu", max_tokens=4)) == "merge_inputs(device='cpu', max_tokens=4)"
+    assert repr(sgs.embedding_shapes()) == "embedding_shapes()"

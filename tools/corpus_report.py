@@ -86,7 +86,7 @@ def main():
         row["result_all"] = verdict(snip, row["all"], torch.__version__, snip.sync_line)
         table.append(row)
         raw[snip.name] = records(snip, st)
-    from syncguard.report import environment
+    from syncguard.sessionfile import environment
 
     doc = {"schema_version": 1, "kind": "syncguard-corpus", "environment": environment(),
            "snippets": table}

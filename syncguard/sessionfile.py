@@ -1,7 +1,9 @@
-"""Session reports: the JSON a run of ``pytest --syncguard`` writes, and reading it back.
+"""The session report file: the JSON one ``pytest --syncguard-report=PATH`` run writes, and reading it back.
 
-One document per run (torch version × device). Written atomically so an interrupted run never
-leaves half a file; read back strictly so the reporter can say exactly what is wrong with an input.
+One document per run (torch version × device). Each test is one frozen :class:`TestEntry`, the
+same object the plugin builds, the summary prints and the matrix reads. Written atomically so an
+interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
+is wrong with an input.
 
 Document shape (``schema_version`` 1)::
 
@@ -22,21 +24,85 @@ Document shape (``schema_version`` 1)::
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import platform
 import socket
-import sys
 import tempfile
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
-from .events import SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema
+from .events import SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema, parse_json
 
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
-TEST_FIELDS = ("nodeid", "outcome", "audit", "reason", "syncs", "allowed", "races", "duration_s",
-               "examples", "measurements", "worker", "device")
+AUDITED_STATES = ("clean", "syncs", "allowed")
+
+
+@dataclass(frozen=True)
+class TestEntry:
+    """One test of a session: how it ended, what the audit saw, what it recorded.
+
+    ``audit``: "clean" | "syncs" | "allowed" (audited), "not_audited" (no CUDA), "off" (syncguard
+    did not audit it: no_syncguard, or it never reached its call phase).
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    nodeid: str
+    outcome: str
+    audit: str
+    reason: str | None = None
+    syncs: tuple[SyncEvent, ...] = ()
+    allowed: tuple[SyncEvent, ...] = ()
+    races: tuple[RaceEvent, ...] = ()
+    duration_s: float = 0.0
+    examples: int | None = None
+    measurements: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    worker: str | None = None
+    device: str | None = None
+
+    @property
+    def audited(self) -> bool:
+        return self.audit in AUDITED_STATES
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types only: the dict crosses xdist's execnet and lands in the file."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("syncs", "allowed", "races"):
+                value = [e.to_dict() for e in value]
+            elif f.name == "measurements":
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "TestEntry":
+        """Strict: a report that cannot be read back is a bug worth seeing (SchemaError)."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodeid"), str):
+            raise SchemaError(f"malformed test entry {str(data)[:80]}")
+        if data.get("audit") not in AUDIT_STATES:
+            raise SchemaError(f"{data['nodeid']}: audit is {data.get('audit')!r}, not one of "
+                              f"{', '.join(AUDIT_STATES)}")
+        unknown = set(data) - set(TEST_FIELDS)
+        if unknown:
+            raise SchemaError(f"{data['nodeid']}: unknown fields {sorted(unknown)}")
+        try:
+            return cls(**{**data,
+                          "syncs": tuple(SyncEvent.from_dict(e) for e in data.get("syncs") or ()),
+                          "allowed": tuple(SyncEvent.from_dict(e) for e in data.get("allowed") or ()),
+                          "races": tuple(RaceEvent.from_dict(e) for e in data.get("races") or ()),
+                          "measurements": dict(data.get("measurements") or {})})
+        except TypeError as e:
+            raise SchemaError(f"{data['nodeid']}: malformed event ({e})") from None
+
+
+TEST_FIELDS = tuple(f.name for f in dataclasses.fields(TestEntry))
 
 
 def environment() -> dict[str, Any]:
@@ -96,12 +162,13 @@ def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> 
     }
 
 
-def summarize(tests: list[dict[str, Any]]) -> dict[str, int]:
+def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
+    tests = list(tests)
     counts = {"tests": len(tests), "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
               "not_audited": 0}
     for t in tests:
-        state = t.get("audit")
-        if state in ("clean", "syncs", "allowed"):
+        state = t.audit
+        if t.audited:
             counts["audited"] += 1
         counts["clean"] += state == "clean"
         counts["with_syncs"] += state == "syncs"
@@ -129,22 +196,48 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def write_document(path: str | os.PathLike, doc: dict[str, Any]) -> None:
-    doc["summary"] = summarize(doc["tests"])
-    write_atomic(path, json.dumps(doc, indent=1, sort_keys=False) + "\n")
+class SessionFile:
+    """The report file of one pytest process that writes it (serial run or xdist controller)."""
+
+    def __init__(self, path: Path, options: dict[str, Any]):
+        self.path = path
+        self.doc = new_document(options)
+        self.last_write = 0.0
+
+    def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
+        tests = list(tests)
+        self.doc.update(complete=complete, summary=summarize(tests),
+                        tests=[t.to_dict() for t in tests])
+        write_atomic(self.path, json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
+        self.last_write = time.monotonic()
+
+    def write_now_and_then(self, tests: Iterable[TestEntry]) -> None:
+        """At most once a second: an interrupted run keeps what it has, as valid JSON."""
+        if time.monotonic() - self.last_write > 1.0:
+            self.write(tests, complete=False)
+
+
+def read_json(path: str | os.PathLike, what: str = "file") -> Any:
+    """Text of ``path`` parsed as JSON; SchemaError with one line for every way that fails."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SchemaError(f"{path}: {what} not found") from None
+    except OSError as e:
+        raise SchemaError(f"{path}: cannot read {what} ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise SchemaError(f"{path}: not a JSON text file (byte {e.start} is not UTF-8)") from None
+    return parse_json(text, str(path))
 
 
 def load_document(path: str | os.PathLike) -> dict[str, Any]:
-    """Read and validate one session report; raises SchemaError with a one-line reason."""
+    """Read and validate one session report; raises SchemaError with a one-line reason.
+
+    ``doc["tests"]`` comes back as a list of :class:`TestEntry`.
+    """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SchemaError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{path}: not valid JSON (truncated?): {e.msg} at line {e.lineno}") from None
+    doc = read_json(path, "session report")
     try:
         check_schema(doc, "session report")
         if doc.get("kind") != "syncguard-session":
@@ -154,18 +247,9 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
                 raise SchemaError(f"missing {key!r}")
         if not isinstance(doc["tests"], list):
             raise SchemaError("'tests' is not a list")
-        for t in doc["tests"]:
-            if not isinstance(t, dict) or "nodeid" not in t or t.get("audit") not in AUDIT_STATES:
-                raise SchemaError(f"malformed test entry {str(t)[:80]}")
-            # Validate events strictly: a report that cannot be read back is a bug worth seeing.
-            for e in t.get("syncs", []) + t.get("allowed", []):
-                SyncEvent.from_dict(e)
-            for r in t.get("races", []):
-                RaceEvent.from_dict(r)
+        doc["tests"] = [TestEntry.from_dict(t) for t in doc["tests"]]
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None
-    except TypeError as e:
-        raise SchemaError(f"{path}: malformed event ({e})") from None
     return doc
 
 
@@ -177,5 +261,3 @@ def run_label(doc: dict[str, Any]) -> str:
     return f"torch {torch_v} · {dev or env.get('device') or '?'}"
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use `syncguard report`")

@@ -1,4 +1,4 @@
-"""What a person reads: the failure table, fix hints, and the session summary lines.
+"""What a person reads in pytest's output: the failure table, fix hints, the session summary lines.
 
 Rendered to plain text (rich, no colour) so it fits pytest's longrepr, report sections and logs.
 """
@@ -10,7 +10,8 @@ from collections import Counter
 from typing import Iterable
 
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
-                     PAGEABLE_COPY, Report, SyncEvent)
+                     PAGEABLE_COPY, RegionReport, SyncEvent)
+from .sessionfile import TestEntry
 
 _MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
              "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
@@ -79,7 +80,7 @@ def _short(path: str | None, lineno: int | None) -> str:
     return f"{rel if not rel.startswith('..' + os.sep + '..') else path}:{lineno}"
 
 
-def render_report(report: Report, title: str | None = None, width: int = 110,
+def failure_table(report: RegionReport, title: str | None = None, width: int = 110,
                   max_rows: int = 20) -> str:
     """The failure table: one row per call site, a numbered hint under it, then races and notes."""
     from rich import box
@@ -123,7 +124,7 @@ def render_report(report: Report, title: str | None = None, width: int = 110,
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n") + "\n"
 
 
-def summary_lines(tests: list[dict], counts: dict[str, int], top: int = 5) -> list[str]:
+def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) -> list[str]:
     """The terminal summary: counts, then the call sites that synced most across the session."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
     lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
@@ -134,17 +135,16 @@ def summary_lines(tests: list[dict], counts: dict[str, int], top: int = 5) -> li
     tests_at: dict[tuple, set] = {}
     label: dict[tuple, str] = {}
     for t in tests:
-        for d in t.get("syncs", []):
-            e = SyncEvent.from_dict(d)
+        for e in t.syncs:
             k = site_key(e)
             sites[k] += 1
-            tests_at.setdefault(k, set()).add(t.get("nodeid"))
+            tests_at.setdefault(k, set()).add(t.nodeid)
             label[k] = f"{_short(e.filename, e.lineno)}  {e.kind} {e.op or e.api}"
     if sites:
         lines.append("top sync sites:")
         for k, n in sites.most_common(top):
             lines.append(f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))")
-    not_audited = sorted({t.get("reason") for t in tests if t.get("audit") == "not_audited"} - {None})
+    not_audited = sorted({t.reason for t in tests if t.audit == "not_audited"} - {None})
     if not_audited:
         lines.append("not audited because: " + "; ".join(not_audited))
     return lines

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from syncguard.events import Report, SyncEvent
-from syncguard.render import HINTS, group_by_site, hint_for, render_report, summary_lines
+from syncguard.events import RegionReport, SyncEvent
+from syncguard.explain import HINTS, group_by_site, hint_for, failure_table, summary_lines
+from syncguard.sessionfile import TestEntry
 
 
 @pytest.fixture
@@ -45,11 +46,11 @@ def test_repeat_interleave_recognised_from_the_source_line(src):
 
 
 def test_table_shows_site_source_thread_blocked_and_hint(src):
-    rep = Report(syncs=[ev(src, 2, op="aten::nonzero", host_blocked_us=812.4)] * 3
+    rep = RegionReport(syncs=[ev(src, 2, op="aten::nonzero", host_blocked_us=812.4)] * 3
                  + [ev(src, 3, op="aten::_local_scalar_dense", note="exceeds allow(max=1): x")],
                  allowed=[ev(src, 3, reason="logged once per step")], detectors=("trace",),
                  notes=["trace detector not used: busy"])
-    text = render_report(rep, title="syncguard: t::x")
+    text = failure_table(rep, title="syncguard: t::x")
     assert text.splitlines()[0] == "syncguard: t::x"
     assert "model.py:2" in text and "y = x[mask]" in text and "return y.sum().item()" in text
     assert "stream_sync x3" in text and "812 us" in text and "MainThread" in text
@@ -61,8 +62,8 @@ def test_table_shows_site_source_thread_blocked_and_hint(src):
 
 
 def test_table_caps_rows(src):
-    rep = Report(syncs=[ev(src, i) for i in range(1, 31)])
-    text = render_report(rep, max_rows=5)
+    rep = RegionReport(syncs=[ev(src, i) for i in range(1, 31)])
+    text = failure_table(rep, max_rows=5)
     assert "hint #5" in text and "hint #6" not in text and "... and 25 more call site(s)" in text
 
 
@@ -73,11 +74,10 @@ def test_group_by_site_counts_in_first_seen_order(src):
 
 def test_summary_lines(src):
     tests = [
-        {"nodeid": "t::a", "audit": "syncs", "syncs": [ev(src, 2, op="aten::nonzero").to_dict()] * 2},
-        {"nodeid": "t::b", "audit": "syncs", "syncs": [ev(src, 2, op="aten::nonzero").to_dict(),
-                                                       ev(src, 3).to_dict()]},
-        {"nodeid": "t::c", "audit": "not_audited", "reason": "CUDA is not available", "syncs": []},
-        {"nodeid": "t::d", "audit": "off", "syncs": []},
+        TestEntry("t::a", "passed", "syncs", syncs=(ev(src, 2, op="aten::nonzero"),) * 2),
+        TestEntry("t::b", "passed", "syncs", syncs=(ev(src, 2, op="aten::nonzero"), ev(src, 3))),
+        TestEntry("t::c", "passed", "not_audited", reason="CUDA is not available"),
+        TestEntry("t::d", "passed", "off"),
     ]
     counts = {"tests": 4, "audited": 2, "clean": 0, "with_syncs": 2, "allowed": 0, "not_audited": 1}
     lines = summary_lines(tests, counts, top=1)

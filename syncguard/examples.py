@@ -1,0 +1,67 @@
+"""Hypothesis tests: audit every example, so that a sync fails the example and hypothesis shrinks.
+
+Why per example: auditing the whole test would report the union of all examples' syncs and give
+hypothesis nothing to shrink on. In fail mode each example runs under ``forbid()``, so the
+``SyncError`` of a syncing example is an ordinary failure that hypothesis minimises.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import pytest
+
+from .events import RegionReport, SyncError, SyncEvent
+from .explain import group_by_site
+from .options import Plan
+from .scope import audit, forbid
+
+
+def wrap_examples(item: pytest.Item, plan: Plan,
+                  stack: contextlib.ExitStack) -> list[RegionReport] | None:
+    """Audit each example of a hypothesis test (undone by ``stack``); None for other tests."""
+    obj = getattr(item, "obj", None)
+    handle = getattr(obj, "hypothesis", None)
+    if not getattr(obj, "is_hypothesis_test", False) or handle is None:
+        return None
+    original, reports = handle.inner_test, []
+    region = forbid if plan.mode == "fail" else audit
+
+    @functools.wraps(original)
+    def inner(*args, **kwargs):
+        with region(plan.detectors, races=plan.races) as rep:
+            reports.append(rep)
+            return original(*args, **kwargs)
+
+    handle.inner_test = inner
+    stack.callback(setattr, handle, "inner_test", original)
+    # Auditing adds per-example overhead (profiler start/stop): suspend the deadline meanwhile.
+    target = getattr(obj, "__func__", obj)
+    current = getattr(target, "_hypothesis_internal_use_settings", None)
+    if current is not None and current.deadline is not None:
+        from hypothesis import settings
+
+        target._hypothesis_internal_use_settings = settings(current, deadline=None)
+        stack.callback(setattr, target, "_hypothesis_internal_use_settings", current)
+    return reports
+
+
+def _dedupe(events: list[SyncEvent]) -> list[SyncEvent]:
+    return [e for e, _ in group_by_site(events)]
+
+
+def _sync_errors(exc: BaseException | None) -> list[SyncError]:
+    if isinstance(exc, SyncError):
+        return [exc]
+    return [e for sub in getattr(exc, "exceptions", ()) or () for e in _sync_errors(sub)]
+
+
+def final_report(outer: RegionReport, exc: BaseException | None,
+                 examples: list | None) -> RegionReport:
+    """For hypothesis tests list each call site once, from the failing example if any."""
+    if examples is None:
+        return outer
+    failing = [e.report for e in _sync_errors(exc)]
+    syncs = [s for r in failing for s in r.syncs] if failing else outer.syncs
+    return dataclasses.replace(outer, syncs=_dedupe(syncs), allowed=_dedupe(outer.allowed))

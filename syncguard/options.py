@@ -1,0 +1,208 @@
+"""The plugin's options and markers: declared once, parsed once, validated with the source named.
+
+Every ``--syncguard-*`` option has a ``syncguard_*`` ini twin; the command line wins, then the
+ini, then the default. Markers are parsed by calling real functions with the marker's arguments,
+so a bad marker fails at collection with the same message Python would give. Adding an option
+or a marker argument touches this module (and its test) only.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+
+from .detect import SYNC_APIS
+from .events import DETECTORS as DEFAULT_DETECTORS
+from .scope import allow, parse_detectors
+
+MODES = ("fail", "warn", "record")
+MARKERS = (
+    "syncguard(mode=None, detectors=None, races=None): audit this test even without --syncguard, "
+    "optionally overriding the session's options",
+    "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
+    "reason is required",
+    "no_syncguard: never audit this test",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The session's options after command line, ini and defaults are resolved."""
+
+    enabled: bool = False
+    mode: str = "fail"
+    detectors: tuple[str, ...] = DEFAULT_DETECTORS
+    races: bool = False
+    report: str | None = None
+    isolate: bool = False
+    warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
+    child: str | None = None  # internal: this process is an --syncguard-isolate child
+
+    def options(self) -> dict[str, Any]:
+        """What the session report records under ``options``."""
+        return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
+                "isolate": self.isolate}
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    raise ValueError(f"{where}: {value!r} is not a boolean (true/false)")
+
+
+def _mode(value: Any, where: str) -> str:
+    if value not in MODES:
+        raise ValueError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+def _warmup(value: Any, where: str) -> str:
+    module, sep, attr = str(value).partition(":")
+    if not sep or not module.strip() or not attr.strip():
+        raise ValueError(f"{where}: {value!r} is not of the form 'module:callable'")
+    return str(value).strip()
+
+
+def _path(value: Any, where: str) -> str:
+    return str(value)
+
+
+#: (flag, dest, parser, default, argparse keywords, help). The ini twin is named ``dest``.
+OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] = (
+    ("--syncguard", "syncguard", _bool, False, dict(action="store_true", default=None),
+     "audit every test's call phase for host<->device syncs"),
+    ("--syncguard-mode", "syncguard_mode", _mode, "fail", dict(metavar="fail|warn|record"),
+     "on a sync: fail the test, emit a SyncguardWarning, or only record"),
+    ("--syncguard-detectors", "syncguard_detectors", parse_detectors, DEFAULT_DETECTORS,
+     dict(metavar="LIST"), "comma-separated detectors"),
+    ("--syncguard-races", "syncguard_races", _bool, False, dict(action="store_true", default=None),
+     "also look for cross-stream races"),
+    ("--syncguard-report", "syncguard_report", _path, None, dict(metavar="PATH"),
+     "write the session's JSON report to PATH"),
+    ("--syncguard-isolate", "syncguard_isolate", _bool, False,
+     dict(action="store_true", default=None),
+     "run each audited test in a fresh subprocess (survives sticky CUDA errors)"),
+)
+
+
+def _default_text(default: Any) -> str:
+    if isinstance(default, tuple):
+        return ",".join(default)
+    return "off" if default in (False, None) else str(default)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("syncguard", "CUDA host<->device sync auditing")
+    for flag, dest, _, default, kw, help_ in OPTIONS:
+        text = f"{help_} (default: {_default_text(default)})"
+        group.addoption(flag, dest=dest, help=text, **kw)
+        parser.addini(dest, f"{text} [ini twin of {flag}]", default="")
+    parser.addini("syncguard_warmup", "module:callable run once per process before the first "
+                  "audited test, after syncguard's own CUDA warm-up (an alias of the "
+                  "pytest_syncguard_warmup hook)", default="")
+    group.addoption("--syncguard-child", dest="syncguard_child", help=argparse.SUPPRESS)
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """One place that turns options into Settings; raises pytest.UsageError for bad values."""
+    def pick(dest: str, check: Callable[[Any, str], Any], default: Any) -> Any:
+        cli = config.getoption(dest, None)
+        if cli is not None:
+            return check(cli, f"command line option --{dest.replace('_', '-')}")
+        raw = config.getini(dest)
+        if isinstance(raw, str) and raw.strip():
+            return check(raw.strip(), f"ini option {dest} ({config.inipath or 'ini'})")
+        return default
+
+    try:
+        values = {dest: pick(dest, check, default) for _, dest, check, default, _, _ in OPTIONS}
+        return Settings(
+            enabled=values["syncguard"], mode=values["syncguard_mode"],
+            detectors=values["syncguard_detectors"], races=values["syncguard_races"],
+            report=values["syncguard_report"], isolate=values["syncguard_isolate"],
+            warmup=pick("syncguard_warmup", _warmup, None),
+            child=config.getoption("syncguard_child", None),
+        )
+    except ValueError as e:
+        raise pytest.UsageError(f"syncguard: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Markers -> a per-test plan.
+
+@dataclass(frozen=True)
+class AllowSpec:
+    """One ``allow_sync`` marker, turned into an ``allow()`` block while the test runs."""
+
+    reason: str
+    max: int | None = None
+    api: str | None = None
+    kind: str | None = None
+
+    def scope(self) -> allow:
+        return allow(self.reason, max=self.max, api=self.api, kind=self.kind)
+
+
+def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
+                     races: bool | None = None) -> dict[str, Any]:
+    """``@pytest.mark.syncguard(mode=, detectors=, races=)``: opt in and override options."""
+    out: dict[str, Any] = {}
+    if mode is not None:
+        out["mode"] = _mode(mode, "mode")
+    if detectors is not None:
+        out["detectors"] = parse_detectors(detectors, "detectors")
+    if races is not None:
+        out["races"] = _bool(races, "races")
+    return out
+
+
+def allow_sync_marker(reason: str | None = None, *, max: int | None = None,
+                      api: str | None = None, kind: str | None = None) -> AllowSpec:
+    """``@pytest.mark.allow_sync(reason=..., max=None, api=None, kind=None)``."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError("needs reason='why this sync is acceptable'")
+    if api is not None and api not in SYNC_APIS:
+        raise ValueError(f"api must be one of {', '.join(SYNC_APIS)}, got {api!r}")
+    spec = AllowSpec(reason, max, api, kind)
+    spec.scope()  # validates max/kind with allow()'s own messages
+    return spec
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What syncguard does with one test."""
+
+    audited: bool
+    mode: str
+    detectors: tuple[str, ...]
+    races: bool
+    allows: tuple[AllowSpec, ...] = ()
+    reason: str | None = None  # why not audited
+
+
+def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
+    """What to do with one test; None when syncguard has nothing to say about it."""
+    def parse(mark, fn):
+        try:
+            return fn(*mark.args, **mark.kwargs)
+        except (TypeError, ValueError) as e:
+            raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{mark.name}: {e}") from None
+
+    opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races}
+    marks = list(item.iter_markers("syncguard"))
+    for m in reversed(marks):  # closest marker wins
+        opts.update(parse(m, syncguard_marker))
+    allows = tuple(parse(m, allow_sync_marker) for m in item.iter_markers("allow_sync"))
+    if item.get_closest_marker("no_syncguard") is not None:
+        return Plan(False, reason="no_syncguard marker", **opts) if settings.enabled else None
+    if not (settings.enabled or marks):
+        return None
+    return Plan(True, allows=allows, **opts)

@@ -1,0 +1,69 @@
+"""Warm-up before the first audited test of a process.
+
+Why: the first CUDA call of a process pays for the context, the caching allocator, cuBLAS handles
+and the pinned-memory pool, and some of that synchronises. Paid inside the first audited test, it
+would be blamed on whichever test ran first. syncguard pays its own part here, then calls the
+``pytest_syncguard_warmup`` hook (newhooks.py) for the user's part.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any, Callable
+
+import pytest
+
+from . import devices
+
+
+def cuda_warmup(worker_id: str | None, detectors: tuple[str, ...]) -> None:
+    """Pay lazy CUDA initialisation on this worker's device; nothing without CUDA."""
+    if set(detectors) == {"fake"}:  # the fake detector needs no CUDA warm-up
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        return
+    devices.assign(worker_id)
+    a = torch.randn(64, 64, device="cuda")
+    (a @ a).sum().item()
+    (a.half() @ a.half()).float().sum().item()
+    (a > 0).nonzero()
+    torch.empty(64, pin_memory=True).to("cuda", non_blocking=True)
+    torch.cuda.synchronize()
+
+
+def synchronize_if_initialised() -> None:
+    """Let the user's warm-up finish on the device before the first audit starts."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+class IniWarmup:
+    """``syncguard_warmup = module:callable`` (ini): one implementation of the warm-up hook."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.fn = self._load(spec)
+
+    @staticmethod
+    def _load(spec: str) -> Callable[[], Any]:
+        module, _, attr = spec.partition(":")
+        try:
+            fn = functools.reduce(getattr, attr.strip().split("."),
+                                  importlib.import_module(module.strip()))
+        except Exception as e:
+            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: cannot load "
+                                    f"{spec!r} ({type(e).__name__}: {e})") from None
+        if not callable(fn):
+            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: {spec!r} is not "
+                                    "callable")
+        return fn
+
+    def pytest_syncguard_warmup(self, config: pytest.Config) -> None:
+        self.fn()
