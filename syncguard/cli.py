@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import baseline as bl
 from . import matrix as mx
 from .events import SchemaError
 from .formats import FORMATS
@@ -37,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--update-baseline", action="store_true",
                      help="write the current outcomes to --baseline (runs not given are kept); "
                           "--fail-on still judges the baseline as it was")
-    rep.add_argument("--output", metavar="FILE", help="write the rendered output here, atomically")
+    rep.add_argument("--output", metavar="FILE",
+                     help="write the rendered output here, atomically (never one of the inputs)")
+    rep.add_argument("--allow-mixed-commits", action="store_true",
+                     help="compare runs made by different detector code (or without provenance); "
+                          "refused by default (exit 2), marked in the output when allowed")
     return parser
 
 
@@ -72,12 +77,12 @@ def load_baseline(path: Path) -> dict:
     except SchemaError as e:
         raise InputError(str(e)) from None
     try:
-        return mx.check_baseline(data)
+        return bl.check(data)
     except SchemaError as e:
         raise InputError(f"{path}: {e}") from None
 
 
-def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: bool) -> str | None:
+def render(fmt: str, matrix: mx.Matrix, cmp: bl.Comparison | None, to_terminal: bool) -> str | None:
     """Rendered text, or None when a rich table went straight to the terminal."""
     chosen = FORMATS[fmt]
     if to_terminal and chosen.rich is not None:
@@ -86,6 +91,16 @@ def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: 
         Console().print(chosen.rich(matrix, cmp))
         return None
     return chosen.text(matrix, cmp)
+
+
+def _refuse_overwriting_an_input(output: Path, inputs: list[Path], baseline: Path | None) -> None:
+    """``--output`` must not name a file this command reads: it would replace the evidence."""
+    target = output.resolve()
+    for path in inputs + ([baseline] if baseline else []):
+        if path.resolve() == target or (output.exists() and path.exists()
+                                        and os.path.samefile(output, path)):
+            what = "the baseline" if path == baseline else "one of the input reports"
+            raise InputError(f"--output {output} is {what}; refusing to overwrite it")
 
 
 def _write(path: str | Path, text: str) -> None:
@@ -102,8 +117,11 @@ def matrix_command(args: argparse.Namespace) -> int:
     if args.fail_on == "regression" and not args.baseline:
         raise InputError("--fail-on regression needs --baseline FILE")
     baseline_path = Path(args.baseline) if args.baseline else None
+    inputs = expand(args.reports, exclude=baseline_path)
+    if args.output:
+        _refuse_overwriting_an_input(Path(args.output), inputs, baseline_path)
     docs = []
-    for path in expand(args.reports, exclude=baseline_path):
+    for path in inputs:
         try:
             docs.append((str(path), load_document(path)))
         except SchemaError as e:
@@ -112,10 +130,17 @@ def matrix_command(args: argparse.Namespace) -> int:
         matrix = mx.build(docs)
     except SchemaError as e:
         raise InputError(str(e)) from None
+    mixed = mx.mixed_runs(matrix)
+    if mixed and not args.allow_mixed_commits:
+        raise InputError(
+            "refusing to compare runs made by different detector code: "
+            + "; ".join(f"{r.label} ({r.provenance['code']}, commit {r.provenance['commit']})"
+                        if r.code else f"{r.label} (no provenance)" for r in mixed)
+            + " differ from the rest; pass --allow-mixed-commits to compare them anyway")
     baseline = None
     if baseline_path and not (args.update_baseline and not baseline_path.exists()):
         baseline = load_baseline(baseline_path)
-    cmp = mx.compare(matrix, baseline) if baseline is not None else None
+    cmp = bl.compare(matrix, baseline) if baseline is not None else None
 
     # Input is good: from here on, write.
     text = render(args.format, matrix, cmp, to_terminal=args.output is None)
@@ -124,8 +149,12 @@ def matrix_command(args: argparse.Namespace) -> int:
     elif text is not None:
         sys.stdout.write(text)
     if args.update_baseline:
-        _write(baseline_path, json.dumps(mx.make_baseline(matrix, baseline), indent=1,
-                                         ensure_ascii=False) + "\n")
+        updated = bl.make(matrix, baseline)
+        _write(baseline_path, json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
+        accepted = bl.diff(baseline, updated)
+        print(f"syncguard: {baseline_path}: --update-baseline accepted "
+              f"{len(accepted)} change(s)" + "".join(f"\n  {line}" for line in accepted),
+              file=sys.stderr)
     # The gate judges the baseline as it was before any --update-baseline.
     if args.fail_on == "regression":
         return 1 if cmp and cmp.regressions else 0
