@@ -22,9 +22,11 @@ from hypothesis import HealthCheck, settings
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
-settings.register_profile("ci", max_examples=12, derandomize=True, database=None, **_COMMON)
-settings.register_profile("dev", max_examples=12, **_COMMON)
-settings.register_profile("gpu", max_examples=30, **_COMMON)
+# Each from hypothesis' own defaults, never from whichever profile happens to be loaded.
+_BASE = settings.get_profile("default")
+settings.register_profile("ci", _BASE, max_examples=12, derandomize=True, database=None, **_COMMON)
+settings.register_profile("dev", _BASE, max_examples=12, **_COMMON)
+settings.register_profile("gpu", _BASE, max_examples=30, **_COMMON)
 
 PROFILES = ("ci", "dev", "gpu")
 

@@ -26,14 +26,18 @@ class InputError(Exception):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="syncguard", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    rep = sub.add_parser("report", help="matrix of session reports (one column per run)")
+    rep = sub.add_parser("report", help="matrix of session reports (one column per run)",
+                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     rep.add_argument("reports", nargs="+", metavar="REPORT",
                      help="session report JSON files or glob patterns (quoted patterns are expanded)")
     rep.add_argument("--baseline", metavar="FILE", help="accepted outcomes per run and case")
     rep.add_argument("--format", choices=tuple(FORMATS), default="table",
                      help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items()))
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
-                     help="regression: exit 1 if a case got worse than the baseline; "
+                     help="regression: exit 1 if a case got worse than the baseline (more or "
+                          "new syncs, more allowed syncs at a site than its budget, no longer "
+                          "audited, missing, a baseline run not given, nothing audited, a gated "
+                          "timing beyond its noise band); "
                           "any: exit 1 on any unallowed sync or race; never: exit 0")
     rep.add_argument("--update-baseline", action="store_true",
                      help="write the current outcomes to --baseline (runs not given are kept); "

@@ -381,3 +381,10 @@ def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_fac
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, "bad input wrote"
     else:
         assert "Traceback" not in err.getvalue()
+
+
+def test_help_shows_every_default(capsys):
+    assert cli.main(["report", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: never)" in out and "(default: table)" in out
+    assert "--allow-mixed-commits" in out
