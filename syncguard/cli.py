@@ -23,30 +23,40 @@ class InputError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
 
 
+DESCRIPTION = "syncguard report: the run matrix of several session reports, gated against a baseline."
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="syncguard", description=__doc__.splitlines()[0])
+    """Plain-text help (argparse prints no markup); every option names its default."""
+    parser = argparse.ArgumentParser(prog="syncguard", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="matrix of session reports (one column per run)",
-                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                         description=DESCRIPTION)
     rep.add_argument("reports", nargs="+", metavar="REPORT",
                      help="session report JSON files or glob patterns (quoted patterns are expanded)")
-    rep.add_argument("--baseline", metavar="FILE", help="accepted outcomes per run and case")
+    rep.add_argument("--baseline", metavar="FILE",
+                     help="accepted outcomes per run and case (default: none, no comparison)")
     rep.add_argument("--format", choices=tuple(FORMATS), default="table",
-                     help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items()))
+                     help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items())
+                     + " (default: table)")
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
                      help="regression: exit 1 if a case got worse than the baseline (more or "
                           "new syncs, more allowed syncs at a site than its budget, no longer "
                           "audited, missing, a baseline run not given, nothing audited, a gated "
                           "timing beyond its noise band); "
-                          "any: exit 1 on any unallowed sync or race; never: exit 0")
+                          "any: exit 1 on any unallowed sync or race; never: exit 0 "
+                          "(default: never)")
     rep.add_argument("--update-baseline", action="store_true",
-                     help="write the current outcomes to --baseline (runs not given are kept); "
-                          "--fail-on still judges the baseline as it was")
+                     help="write the current outcomes to --baseline (runs not given are kept) "
+                          "and print the changes it accepts; --fail-on still judges the "
+                          "baseline as it was (default: off)")
     rep.add_argument("--output", metavar="FILE",
-                     help="write the rendered output here, atomically (never one of the inputs)")
+                     help="write the rendered output here, atomically; never one of the inputs "
+                          "(default: standard output)")
     rep.add_argument("--allow-mixed-commits", action="store_true",
                      help="compare runs made by different detector code (or without provenance); "
-                          "refused by default (exit 2), marked in the output when allowed")
+                          "refused with exit 2 otherwise, marked with a dagger when allowed "
+                          "(default: off)")
     return parser
 
 
@@ -147,7 +157,8 @@ def matrix_command(args: argparse.Namespace) -> int:
     cmp = bl.compare(matrix, baseline) if baseline is not None else None
 
     # Input is good: from here on, write.
-    text = render(args.format, matrix, cmp, to_terminal=args.output is None)
+    text = render(args.format, matrix, cmp,
+                  to_terminal=args.output is None and sys.stdout.isatty())
     if args.output:
         _write(args.output, text)
     elif text is not None:

@@ -92,6 +92,7 @@ class SyncEvent(_Event):
     detectors: tuple[str, ...] = ()
     reason: str | None = None  # the allow() reason, for allowed syncs
     note: str | None = None
+    phase: str = "run"  # "run", or "compile"/"graph_capture" when torch was compiling/capturing
 
 
 @dataclass(frozen=True)

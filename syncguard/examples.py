@@ -1,8 +1,9 @@
 """Hypothesis tests: audit every example, so that a sync fails the example and hypothesis shrinks.
 
 Why per example: auditing the whole test would report the union of all examples' syncs and give
-hypothesis nothing to shrink on. In fail mode each example runs under ``forbid()``, so the
-``SyncError`` of a syncing example is an ordinary failure that hypothesis minimises.
+hypothesis nothing to shrink on. In fail mode a syncing example raises ``SyncError`` as
+``forbid()`` would, an ordinary failure that hypothesis minimises (syncs of phases that do not
+fail, see phases.py, do not raise).
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import functools
 
 import pytest
 
+from . import phases
 from .events import RegionReport, SyncError, SyncEvent
 from .explain import group_by_site
 from .options import Plan
-from .scope import audit, forbid
+from .scope import audit
 
 
 def wrap_examples(item: pytest.Item, plan: Plan,
@@ -26,13 +28,16 @@ def wrap_examples(item: pytest.Item, plan: Plan,
     if not getattr(obj, "is_hypothesis_test", False) or handle is None:
         return None
     original, reports = handle.inner_test, []
-    region = forbid if plan.mode == "fail" else audit
 
     @functools.wraps(original)
     def inner(*args, **kwargs):
-        with region(plan.detectors, races=plan.races) as rep:
+        with audit(plan.detectors, races=plan.races) as rep:
             reports.append(rep)
-            return original(*args, **kwargs)
+            result = original(*args, **kwargs)
+        failing = phases.judged(rep, plan.fail_on_phase)
+        if plan.mode == "fail" and failing.cuda_available and not failing.clean:
+            raise SyncError(failing)  # as forbid() would, for the phases that fail
+        return result
 
     handle.inner_test = inner
     stack.callback(setattr, handle, "inner_test", original)

@@ -24,6 +24,10 @@ HINTS = {
     "free": "avoid torch.cuda.empty_cache() in the hot path",
     "wait": "wait on an event/stream instead of the whole device",
     "default": "remove the sync, or allow(...) it with a reason",
+    "compile": "torch.compile syncs while it traces and compiles (first call only): warm the "
+               "model up before the audited part, e.g. in pytest_syncguard_warmup",
+    "graph_capture": "CUDA-graph capture syncs while it warms up and records (once): capture "
+                     "before the audited part; replays do not sync",
 }
 
 
@@ -35,6 +39,8 @@ def source_line(event: SyncEvent) -> str:
 
 def hint_for(event: SyncEvent) -> str:
     """One line saying how such a sync is usually removed; the default names allow()."""
+    if event.phase in HINTS:  # compile / graph_capture: the phase, not the op, explains it
+        return HINTS[event.phase]
     ops = tuple(event.ops) + ((event.op,) if event.op else ())
     src = source_line(event)
     if "aten::repeat_interleave" in ops or "repeat_interleave" in src:
@@ -127,10 +133,14 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
 def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) -> list[str]:
     """The terminal summary: counts, then the call sites that synced most across the session."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
-    lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
-             f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed only; "
-             f"{counts.get('not_audited', 0)} not audited (no CUDA)"
-             + (f"; {off} not audited (off/not run)" if off else "")]
+    if not counts.get("audited", 0):  # say it first: a green run that audited nothing proves nothing
+        lines = [f"NO TEST WAS AUDITED: {counts.get('not_audited', 0)} not audited (no CUDA)"
+                 + (f", {off} off/not run" if off else "")]
+    else:
+        lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
+                 f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed "
+                 f"only; {counts.get('not_audited', 0)} not audited (no CUDA)"
+                 + (f"; {off} not audited (off/not run)" if off else "")]
     sites: Counter = Counter()
     tests_at: dict[tuple, set] = {}
     label: dict[tuple, str] = {}
@@ -144,6 +154,13 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5) 
         lines.append("top sync sites:")
         for k, n in sites.most_common(top):
             lines.append(f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))")
+    shown = group_by_site(e for t in tests for e in t.allowed if e.phase != "run")
+    if shown:
+        lines.append(f"{len(shown)} sync site(s) while compiling or capturing CUDA graphs "
+                     "(shown, not failing; --syncguard-fail-on-phase makes them fail):")
+        for e, n in shown[:top]:
+            lines.append(f"  {n:>4}x  {_short(e.filename, e.lineno)}  [{e.phase}] {e.kind} "
+                         f"{e.op or e.api}  hint: {hint_for(e)}")
     not_audited = sorted({t.reason for t in tests if t.audit == "not_audited"} - {None})
     if not_audited:
         lines.append("not audited because: " + "; ".join(not_audited))

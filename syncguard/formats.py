@@ -13,7 +13,8 @@ from typing import Any, Callable
 from . import timing
 from .baseline import Comparison, Delta
 from .events import SCHEMA_VERSION
-from .matrix import (MEASURES, Cell, Matrix, plural, changes, measurement_rows, mixed_runs,
+from .matrix import (MEASURES, OTHER_TITLE, Cell, Matrix, plural, changes, measurement_rows,
+                     mixed_runs,
                      unallowed)
 
 #: provenance rows shown per run: (key of syncguard.provenance.describe, title)
@@ -96,8 +97,9 @@ def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
             out += ["- same as the baseline", ""]
     rows = measurement_rows(matrix)
     if rows:
-        out += ["", "### Measurements", "", "| case | run | " + " | ".join(t for _, t in MEASURES) + " |",
-                "|---" * (len(MEASURES) + 2) + "|"]
+        titles = [t for _, t in MEASURES] + [OTHER_TITLE]
+        out += ["", "### Measurements", "", "| case | run | " + " | ".join(titles) + " |",
+                "|---" * (len(titles) + 2) + "|"]
         out += [f"| `{_md(row[0])}` | " + " | ".join(_md(x) for x in row[1:]) + " |" for row in rows]
     return "\n".join(out).rstrip() + "\n"
 
@@ -165,7 +167,7 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
     rows = measurement_rows(matrix)
     if rows:
         mt = Table(title="measurements")
-        for title in ["case", "run"] + [t for _, t in MEASURES]:
+        for title in ["case", "run"] + [t for _, t in MEASURES] + [OTHER_TITLE]:
             mt.add_column(title, overflow="fold")
         for row in rows:
             mt.add_row(*map(Text, row))
@@ -173,13 +175,15 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
     return Group(*parts)
 
 
-def render_table_text(matrix: Matrix, cmp: Comparison | None = None, width: int = 160) -> str:
-    """The table without colour, for a file or a pipe."""
+def render_table_text(matrix: Matrix, cmp: Comparison | None = None) -> str:
+    """The table without colour, for a file, a pipe or a CI log: as wide as its widest row, so
+    that no node id is wrapped or folded (a log has no width to fit)."""
     from rich.console import Console
 
     buffer = io.StringIO()
-    Console(file=buffer, width=width, color_system=None).print(render_table(matrix, cmp))
-    return buffer.getvalue()
+    Console(file=buffer, width=100_000, color_system=None, highlight=False).print(
+        render_table(matrix, cmp))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,21 @@ import pytest
 from .options import Settings
 
 
+def cuda_unavailable(detectors: tuple[str, ...]) -> str | None:
+    """Why there is no CUDA context to protect, or None. Never creates a context.
+
+    Why: without CUDA no test can poison a context, and a child per test only costs time (6x on
+    the CPU suite). The fake detector pretends to have CUDA, so the plumbing stays testable.
+    """
+    if "fake" in detectors:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return None if torch.cuda.is_available() else f"CUDA is not available (torch {torch.__version__})"
+
+
 def wants_isolation(settings: Settings, audited: bool) -> bool:
     """Isolate an audited test, unless this process already is a child."""
     return settings.isolate and not settings.child and audited

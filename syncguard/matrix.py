@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off"
 UNJUDGED = ("skipped", "not_audited", "off", "missing")
 AUDITED = ("clean", "syncs", "allowed")
 FAILED_OUTCOMES = ("failed", "error")
-#: Measurement keys shown in tables: (key, column title).
+#: Measurement keys with their own column in tables: (key, column title). Every other value a test
+#: recorded (``syncguard.record()``) is listed in one more column, ``OTHER_TITLE``.
 MEASURES = (("median_ms", "time"), ("ratio_to_copy", "× copy"), ("peak_extra_bytes", "peak extra"))
+OTHER_TITLE = "also recorded"
 
 
 def parse_version(text: str | None) -> tuple[int, ...]:
@@ -87,7 +90,7 @@ class Cell:
     allowed: tuple[str, ...] = ()
     allowed_kinds: tuple[str, ...] = ()
     reason: str | None = None
-    measurements: Mapping[str, float] = field(default_factory=dict)
+    measurements: Mapping[str, Any] = field(default_factory=dict)  # numbers as float
     #: allowed syncs per site (:func:`site`): what a baseline's per-site budget is checked on
     sites: Mapping[str, int] = field(default_factory=dict)
     #: timing samples per measurement key, one list of repetitions per process
@@ -184,6 +187,7 @@ def _phrase(e: SyncEvent | RaceEvent) -> str:
         text = e.api or e.kind or "?"
         outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
         text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
+        text += f" while {e.phase}" if e.phase != "run" else ""  # compile / graph_capture
     return text + (f" at {where}" if where else "")
 
 
@@ -207,8 +211,8 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     else:
         state = "syncs" if events else "allowed" if allowed else "clean"
     reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
-    numbers = {k: float(v) for k, v in test.measurements.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
+               if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
     return Cell(state, outcome, tuple(_phrase(e) for e in events),
                 tuple(sorted({e.kind or "?" for e in events})), tuple(_phrase(e) for e in allowed),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
@@ -304,7 +308,19 @@ def unallowed(matrix: Matrix) -> list[tuple[str, str]]:
 
 # -- measurements -------------------------------------------------------------------------------
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fmt_other(key: str, value: Any) -> str:
+    if _is_number(value):
+        return f"{key}={value:g}"
+    return f"{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
+
+
 def _fmt_measure(key: str, value: float) -> str:
+    if not _is_number(value):
+        return str(value)
     if key == "peak_extra_bytes":
         for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if abs(value) >= size:
@@ -316,15 +332,16 @@ def _fmt_measure(key: str, value: float) -> str:
 
 
 def measurement_rows(matrix: Matrix) -> list[list[str]]:
-    """[case, run, time, × copy, peak extra] with the change in percent since the previous version
-    of the same series that measured it."""
+    """[case, run, time, × copy, peak extra, also recorded]: the known measurements with the
+    change in percent since the previous version of the same series that measured them, then
+    every other recorded value as ``key=value``."""
     rows = []
     for nodeid in matrix.nodeids:
         for series, runs in matrix.series().items():
             prev: dict[str, float] = {}
             for run in runs:
                 m = matrix.cell(run.label, nodeid).measurements
-                if not any(k in m for k, _ in MEASURES):
+                if not m:
                     continue
                 row = [nodeid, run.label]
                 for key, _ in MEASURES:
@@ -332,9 +349,12 @@ def measurement_rows(matrix: Matrix) -> list[list[str]]:
                         row.append("")
                         continue
                     text = _fmt_measure(key, m[key])
-                    if prev.get(key):
+                    if prev.get(key) and _is_number(m[key]):
                         text += f" ({(m[key] - prev[key]) / prev[key] * 100:+.1f}%)"
                     row.append(text)
-                    prev[key] = m[key]
+                    prev[key] = m[key] if _is_number(m[key]) else 0.0
+                known = {k for k, _ in MEASURES}
+                row.append(", ".join(_fmt_other(k, v) for k, v in sorted(m.items())
+                                     if k not in known))
                 rows.append(row)
     return rows

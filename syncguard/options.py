@@ -15,12 +15,13 @@ import pytest
 
 from .detect import SYNC_APIS
 from .events import DETECTORS as DEFAULT_DETECTORS
+from .phases import parse_phases
 from .scope import allow, parse_detectors
 
 MODES = ("fail", "warn", "record")
 MARKERS = (
-    "syncguard(mode=None, detectors=None, races=None): audit this test even without --syncguard, "
-    "optionally overriding the session's options",
+    "syncguard(mode=None, detectors=None, races=None, fail_on_phase=None): audit this test even "
+    "without --syncguard, optionally overriding the session's options",
     "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
     "reason is required",
     "no_syncguard: never audit this test",
@@ -37,13 +38,16 @@ class Settings:
     races: bool = False
     report: str | None = None
     isolate: bool = False
+    require_cuda: bool = False
+    fail_on_phase: tuple[str, ...] = ()
     warmup: str | None = None  # ini alias of the pytest_syncguard_warmup hook
     child: str | None = None  # internal: this process is an --syncguard-isolate child
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
-                "isolate": self.isolate}
+                "isolate": self.isolate, "require_cuda": self.require_cuda,
+                "fail_on_phase": list(self.fail_on_phase)}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -89,13 +93,20 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
      "write the session's JSON report to PATH"),
     ("--syncguard-isolate", "syncguard_isolate", _bool, False,
      dict(action="store_true", default=None),
-     "run each audited test in a fresh subprocess (survives sticky CUDA errors)"),
+     "run each audited test in a fresh subprocess (survives sticky CUDA errors; without CUDA "
+     "tests run in this process)"),
+    ("--syncguard-require-cuda", "syncguard_require_cuda", _bool, False,
+     dict(action="store_true", default=None),
+     "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
+    ("--syncguard-fail-on-phase", "syncguard_fail_on_phase", parse_phases, (),
+     dict(metavar="LIST"), "comma-separated phases (compile, graph_capture) whose syncs fail a "
+     "test too; otherwise they are shown, not failing"),
 )
 
 
 def _default_text(default: Any) -> str:
     if isinstance(default, tuple):
-        return ",".join(default)
+        return ",".join(default) or "none"
     return "off" if default in (False, None) else str(default)
 
 
@@ -128,6 +139,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
             enabled=values["syncguard"], mode=values["syncguard_mode"],
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
+            require_cuda=values["syncguard_require_cuda"],
+            fail_on_phase=values["syncguard_fail_on_phase"],
             warmup=pick("syncguard_warmup", _warmup, None),
             child=config.getoption("syncguard_child", None),
         )
@@ -152,9 +165,11 @@ class AllowSpec:
 
 
 def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
-                     races: bool | None = None) -> dict[str, Any]:
-    """``@pytest.mark.syncguard(mode=, detectors=, races=)``: opt in and override options."""
+                     races: bool | None = None, fail_on_phase: Any = None) -> dict[str, Any]:
+    """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=)``: opt in, override."""
     out: dict[str, Any] = {}
+    if fail_on_phase is not None:
+        out["fail_on_phase"] = parse_phases(fail_on_phase, "fail_on_phase")
     if mode is not None:
         out["mode"] = _mode(mode, "mode")
     if detectors is not None:
@@ -184,6 +199,7 @@ class Plan:
     mode: str
     detectors: tuple[str, ...]
     races: bool
+    fail_on_phase: tuple[str, ...] = ()
     allows: tuple[AllowSpec, ...] = ()
     reason: str | None = None  # why not audited
 
@@ -196,7 +212,8 @@ def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
         except (TypeError, ValueError) as e:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{mark.name}: {e}") from None
 
-    opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races}
+    opts = {"mode": settings.mode, "detectors": settings.detectors, "races": settings.races,
+            "fail_on_phase": settings.fail_on_phase}
     marks = list(item.iter_markers("syncguard"))
     for m in reversed(marks):  # closest marker wins
         opts.update(parse(m, syncguard_marker))

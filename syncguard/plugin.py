@@ -5,6 +5,7 @@ Nothing here imports torch; a run without ``--syncguard`` (and no syncguard mark
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any
@@ -49,12 +50,23 @@ class SyncguardFixture:
         self.races = plan.races if plan else settings.races
         self.mode = plan.mode if plan else settings.mode
         self._measurements = state.measurements if state else {}
+        self._own_regions = state.own_regions if state else []
 
     def forbid(self, detectors=None, *, races=None):
-        return forbid(detectors or self.detectors, races=self.races if races is None else races)
+        """A ``forbid()`` block; once a test opens one (or an ``audit()``) through the fixture,
+        its blocks are what the plugin reports and judges, not the whole call phase."""
+        return self._tracked(forbid(detectors or self.detectors,
+                                    races=self.races if races is None else races))
 
     def audit(self, detectors=None, *, races=None):
-        return audit(detectors or self.detectors, races=self.races if races is None else races)
+        return self._tracked(audit(detectors or self.detectors,
+                                   races=self.races if races is None else races))
+
+    @contextlib.contextmanager
+    def _tracked(self, region):
+        with region as report:
+            self._own_regions.append(report)
+            yield report
 
     def allow(self, reason: str, **kw):
         return allow(reason, **kw)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import devices, isolate, warmup
+from . import devices, isolate, phases, warmup
 from .events import RegionReport, format_report
 from .examples import final_report, wrap_examples
 from .explain import failure_table, summary_lines
@@ -47,6 +47,32 @@ class ItemState:
     reason: str | None = None
     poisoned: str | None = None
     failed_by_us: bool = False
+    own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
+
+    def observe(self, rep: pytest.TestReport) -> None:
+        """Fold one phase's report into the test's outcome (the worst phase wins)."""
+        if rep.when == "call":
+            self.duration = rep.duration
+        if hasattr(rep, "wasxfail"):
+            self.outcome = "xfailed" if rep.skipped else "xpassed"
+        elif rep.failed:
+            if self.outcome not in ("failed", "error"):
+                self.outcome = "failed" if rep.when == "call" else "error"
+        elif rep.skipped and self.outcome == "passed":
+            self.outcome = "skipped"
+
+
+def merged(reports: list[RegionReport]) -> RegionReport:
+    """The regions a test opened through the ``syncguard`` fixture, as one report."""
+    out = RegionReport(detectors=reports[0].detectors,
+                       cuda_available=all(r.cuda_available for r in reports),
+                       reason=next((r.reason for r in reports if r.reason), None))
+    for r in reports:
+        out.syncs += r.syncs
+        out.allowed += r.allowed
+        out.races += r.races
+        out.notes += [n for n in r.notes if n not in out.notes]
+    return out
 
 
 STATE = pytest.StashKey[ItemState]()
@@ -85,6 +111,16 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None) -> TestEn
         device=device)
 
 
+def _fail_on_bad_markers(rep: pytest.CollectReport, settings) -> None:
+    for item in rep.result:
+        if isinstance(item, pytest.Item):
+            try:
+                plan_for(item, settings)
+            except pytest.UsageError as e:
+                rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
+                return
+
+
 class SyncguardSession:
     """One per pytest process; its ``pytest_*`` methods are registered as hooks."""
 
@@ -99,10 +135,15 @@ class SyncguardSession:
         self.file: SessionFile | None = None
         self.warmed = False
         self.child_reports: list[dict] = []
+        self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
         if self.settings.report and not self.is_worker and not self.settings.child:
-            self.file = SessionFile(Path(config.invocation_params.dir, self.settings.report),
-                                    self.settings.options())
+            path = Path(config.invocation_params.dir, self.settings.report)
+            try:
+                self.file = SessionFile(path, self.settings.options())
+            except OSError as e:
+                raise pytest.UsageError(f"syncguard: --syncguard-report={self.settings.report}: "
+                                        f"cannot write there ({e.strerror or e})") from None
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -125,13 +166,7 @@ class SyncguardSession:
         """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
         rep = yield
         if self.is_worker and rep.passed:
-            for item in rep.result:
-                if isinstance(item, pytest.Item):
-                    try:
-                        plan_for(item, self.settings)
-                    except pytest.UsageError as e:
-                        rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
-                        break
+            _fail_on_bad_markers(rep, self.settings)
         return rep
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -141,12 +176,24 @@ class SyncguardSession:
             complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
                         and not session.shouldstop)
             self.file.write(self.entries.values(), complete=complete)
+        if self.gate_failed() and session.exitstatus in (pytest.ExitCode.OK,
+                                                         pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def gate_failed(self) -> bool:
+        """``--syncguard-require-cuda`` and not one test could be audited."""
+        return (self.settings.require_cuda and not self.is_worker and not self.settings.child
+                and not any(t.audited for t in self.entries.values()))
 
     # -- one test -----------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
         state = item.stash.get(STATE, None)
         if not isolate.wants_isolation(self.settings, state is not None and state.plan.audited):
+            return None
+        if self.no_cuda_to_isolate is None:
+            self.no_cuda_to_isolate = isolate.cuda_unavailable(self.settings.detectors)
+        if self.no_cuda_to_isolate:  # nothing can poison a context that does not exist
             return None
         isolate.run_isolated(item, self.settings, self.plugin_name, lambda code: entry_for(
             item, replace(state, outcome="failed",
@@ -188,6 +235,12 @@ class SyncguardSession:
             except BaseException as e:  # test failures and pytest outcomes: judge, then re-raise
                 exc = e
         state.report = rep = final_report(report, exc, examples)
+        # A test that opened forbid()/audit() through the fixture said which part it cares about:
+        # those regions are its report, and they judged it themselves (forbid() raised).
+        judge = not state.own_regions
+        if state.own_regions:
+            rep = merged(state.own_regions)
+        state.report = rep = phases.judged(rep, plan.fail_on_phase)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:
@@ -197,7 +250,7 @@ class SyncguardSession:
         if state.poisoned:
             state.failed_by_us = True
             pytest.fail(self.poison.text(state.poisoned), pytrace=False)
-        if rep.cuda_available and not rep.clean:
+        if judge and rep.cuda_available and not rep.clean:
             if plan.mode == "fail":
                 state.failed_by_us = True
                 pytest.fail(failure_table(rep, title=f"syncguard: {item.nodeid}: {rep.summary()}"),
@@ -214,15 +267,7 @@ class SyncguardSession:
         state = item.stash.get(STATE, None)
         if state is None:
             return rep
-        if rep.when == "call":
-            state.duration = rep.duration
-        if hasattr(rep, "wasxfail"):
-            state.outcome = "xfailed" if rep.skipped else "xpassed"
-        elif rep.failed:
-            if state.outcome not in ("failed", "error"):
-                state.outcome = "failed" if rep.when == "call" else "error"
-        elif rep.skipped and state.outcome == "passed":
-            state.outcome = "skipped"
+        state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
             if state.report is not None and not state.report.clean:
                 rep.sections.append(("syncguard", failure_table(state.report)))
@@ -255,14 +300,27 @@ class SyncguardSession:
 
     # -- terminal -----------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.is_worker or self.settings.child or not self.entries:
+        if self.is_worker or self.settings.child or not (self.entries or self.gate_failed()):
             return
         try:
             tests = list(self.entries.values())
-            terminalreporter.write_sep("=", "syncguard")
+            terminalreporter.write_sep("=", "syncguard", red=self.gate_failed())
+            if self.gate_failed():
+                terminalreporter.write_line(
+                    "syncguard: FAILED: --syncguard-require-cuda: no test could be audited "
+                    f"({_why_none(tests)}); the session fails", red=True, bold=True)
+            if self.no_cuda_to_isolate:
+                terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
+                                            f"{self.no_cuda_to_isolate}")
             for line in summary_lines(tests, summarize(tests)):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")
         except Exception as e:  # a summary must never turn a run into an internal error
             terminalreporter.write_line(f"syncguard: could not print the summary: {e!r}")
+
+
+def _why_none(tests: list[TestEntry]) -> str:
+    reasons = sorted({t.reason for t in tests if t.audit == "not_audited" and t.reason})
+    return "; ".join(reasons) or ("no test was collected for auditing" if not tests
+                                  else "every test was off or not run")

@@ -232,10 +232,34 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         raise
 
 
+def check_writable(path: Path) -> None:
+    """Raise OSError (one-line ``strerror``) now if ``path`` could not be written later.
+
+    Why up front: a session report that cannot be written is a usage error, better said before
+    an hour of tests than as a traceback after them. Creates the missing folders (the report goes
+    there anyway) and a probe file it removes at once; writes nothing else.
+    """
+    if path.is_dir():
+        raise IsADirectoryError(0, f"{path} is a folder, not a file")  # 0: no errno, only words
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NotADirectoryError(0, f"{parent} is a file, not a folder")
+            break
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot create a file in {path.parent}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 class SessionFile:
     """The report file of one pytest process that writes it (serial run or xdist controller)."""
 
     def __init__(self, path: Path, options: dict[str, Any]):
+        check_writable(path)
         self.path = path
         self.doc = new_document(options)
         self.last_write = 0.0

@@ -20,10 +20,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["MIN_PROCESSES", "MIN_REPS", "Band", "samples", "band", "threshold", "judge"]
+__all__ = ["MIN_PROCESSES", "MIN_REPS", "SAMPLES_KEY", "Band", "samples", "band", "threshold", "judge"]
 
 MIN_PROCESSES = 2
 MIN_REPS = 5
+SAMPLES_KEY = "samples"
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _finite(x: float) -> bool:
 def samples(measurements: Mapping[str, Any]) -> dict[str, tuple[tuple[float, ...], ...]]:
     """The well-formed timing samples of a test's measurements (malformed ones are dropped:
     they are shown as recorded, and never gated)."""
-    raw = measurements.get("samples") if isinstance(measurements, Mapping) else None
+    raw = measurements.get(SAMPLES_KEY) if isinstance(measurements, Mapping) else None
     out: dict[str, tuple[tuple[float, ...], ...]] = {}
     if not isinstance(raw, Mapping):
         return out

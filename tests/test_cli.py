@@ -383,8 +383,52 @@ def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_fac
         assert "Traceback" not in err.getvalue()
 
 
-def test_help_shows_every_default(capsys):
+def test_help_is_plain_text_and_names_every_default(capsys):
+    assert cli.main(["--help"]) == 0
+    top = capsys.readouterr().out
     assert cli.main(["report", "--help"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "(default: never)" in out and "(default: table)" in out
-    assert "--allow-mixed-commits" in out
+    sub = capsys.readouterr().out
+    assert "``" not in top + sub and "syncguard report: the run matrix" in top
+    import argparse
+    parser = cli._parser()
+    report = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["report"]
+    for action in report._actions:
+        if action.option_strings and action.dest != "help":
+            assert "(default: " in action.help, action.option_strings
+    flat = " ".join(sub.split())
+    assert "(default: never)" in flat and "(default: table)" in flat
+
+
+def test_format_choices_come_from_formats(capsys):
+    from syncguard.formats import FORMATS
+    assert cli.main(["report", "x.json", "--format", "yaml"]) == 2
+    err = capsys.readouterr().err
+    assert all(repr(name) in err for name in FORMATS)
+
+
+def test_table_without_a_tty_never_wraps_a_node_id(reports, capsys):
+    """stdout here is captured (no TTY), as in a CI log: the table is as wide as its rows."""
+    long_id = "cases/test_merge.py::test_no_sync[" + "a_rather_long_parameter_id_" * 6 + "]"
+    doc = load(reports / "cuda-torch-2.11.0.json")
+    entry(doc, NOSYNC)["nodeid"] = long_id
+    save(reports / "cuda-torch-2.11.0.json", doc)
+    assert cli.main(["report", str(reports / "*.json")]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" not in out
+    assert any(long_id in line for line in out.splitlines())
+    assert any(NOSYNC in line for line in out.splitlines())
+
+
+def test_recorded_values_show_in_table_and_markdown(reports, capsys):
+    doc = load(reports / "cuda-torch-2.11.0.json")
+    entry(doc, NOSYNC)["measurements"] = {"tokens_per_s": 1234.5, "variant": "cpu_mask",
+                                          "median_ms": 2.5}
+    save(reports / "cuda-torch-2.11.0.json", doc)
+    assert cli.main(["report", str(reports / "cuda-torch-2.11.0.json"), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "also recorded" in md
+    row = next(line for line in md.splitlines() if line.startswith(f"| `{NOSYNC}` | torch"))
+    assert "2.50 ms" in row and "tokens_per_s=1234.5, variant=cpu_mask" in row
+    assert cli.main(["report", str(reports / "cuda-torch-2.11.0.json")]) == 0
+    table = capsys.readouterr().out
+    assert "tokens_per_s=1234.5, variant=cpu_mask" in table

@@ -135,6 +135,21 @@ def test_ini_twins_and_cli_wins(pytester, run):
     run("--syncguard-mode=fail").assert_outcomes(passed=3, failed=1)
 
 
+def test_help_names_every_default(pytester, run):
+    blocks: dict[str, str] = {}  # option -> its help text, from `pytest --help`
+    for line in run("--help").stdout.lines:
+        if line.startswith("  -"):
+            flag = line.split()[0].split("=")[0]
+            blocks[flag] = line
+        elif line.startswith("    ") and blocks:
+            blocks[flag] += line
+    from syncguard.options import OPTIONS
+    for flag, *_ in OPTIONS:
+        assert "(default: " in blocks[flag], blocks[flag]
+    assert "(default: fail)" in blocks["--syncguard-mode"]
+    assert f"(default: {','.join(DETECTORS)})" in blocks["--syncguard-detectors"]
+
+
 @pytest.mark.parametrize("args, ini, message", [
     (["--syncguard-mode=loud"], "", "command line option --syncguard-mode: 'loud' is not one of"),
     ([], "syncguard_mode = loud", "ini option syncguard_mode (*tox.ini): 'loud' is not one of"),
@@ -181,6 +196,8 @@ def test_marker_opts_in_and_overrides_without_flag(pytester, run):
     ("allow_sync(max=2)", "needs reason=*"),
     ("allow_sync(reason='x', maxx=2)", "*unexpected keyword argument 'maxx'"),
     ("allow_sync(reason='x', kind='sideways')", "allow(kind=...) must be one of*"),
+    ("allow_sync(reason='x', api='cudaStreamSync')",
+     "api must be one of cudaStreamSynchronize, *, got 'cudaStreamSync'"),
     ("syncguard(mode='loud')", "mode: 'loud' is not one of fail, warn, record"),
 ])
 def test_bad_marker_is_usage_error_at_collection(pytester, run, mark, message):
@@ -221,7 +238,7 @@ def test_fixture_forbid_allow_and_measurements(pytester, run):
         from syncguard.testing import fake_sync  # FAKE detector: plumbing only
 
         def test_part(syncguard, request):
-            fake_sync()  # outside forbid(): only the whole-test audit sees it (record mode)
+            fake_sync()  # outside the fixture's blocks: not this test's concern
             syncguard.record("peak_mb", 12.5)
             request.node.user_properties.append(("syncguard_measurements", {"steps": 3}))
             with syncguard.allow("readback"):
@@ -239,10 +256,112 @@ def test_fixture_forbid_allow_and_measurements(pytester, run):
     res.stdout.fnmatch_lines(["*TypeError: syncguard.record('obj', ...): object is not JSON serial*"])
     t = _tests(_doc(pytester))["test_part"]
     assert t["measurements"] == {"steps": 3, "peak_mb": 12.5}
-    assert (len(t["syncs"]), len(t["allowed"])) == (2, 1)
+    # the fixture's two blocks only: the allowed readback and the caught device sync
+    assert [e["kind"] for e in t["syncs"]] == ["device_sync"] and len(t["allowed"]) == 1
+
+
+FIXTURE_README = """
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def setup_that_may_sync():
+        fake_sync(op="aten::_local_scalar_dense")
+
+    def step(sync=False):
+        if sync:
+            fake_sync(op="aten::nonzero")
+
+    def test_part(syncguard):                  # the README's example
+        setup_that_may_sync()
+        with syncguard.forbid():
+            step()
+
+    def test_part_syncs(syncguard):
+        setup_that_may_sync()
+        with syncguard.forbid():
+            step(sync=True)
+
+    def test_whole(syncguard):                 # no block opened: the whole call phase counts
+        syncguard.record("n", 1)
+        setup_that_may_sync()
+"""
+
+
+def test_fixture_blocks_decide_under_syncguard_as_the_readme_says(pytester, run):
+    """README: under ``pytest --syncguard`` a test that opens forbid()/audit() through the fixture
+    is judged by those blocks only; a test that opens none is audited as a whole."""
+    pytester.makepyfile(test_m=FIXTURE_README)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1, failed=2)
+    t = _tests(_doc(pytester))
+    assert t["test_part"]["audit"] == "clean" and t["test_part"]["outcome"] == "passed"
+    assert t["test_part_syncs"]["outcome"] == "failed"
+    assert [e["lineno"] for e in t["test_part_syncs"]["syncs"]] == [_line(FIXTURE_README,
+                                                                          'op="aten::nonzero"')]
+    assert t["test_whole"]["audit"] == "syncs" and t["test_whole"]["outcome"] == "failed"
+
+
+def test_allow_sync_api_matches_only_that_api(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        @pytest.mark.allow_sync(reason="event wait", api="cudaEventSynchronize")
+        def test_same_api():
+            fake_sync(kind="event_sync", api="cudaEventSynchronize")
+
+        @pytest.mark.allow_sync(reason="event wait", api="cudaEventSynchronize")
+        def test_other_api():
+            fake_sync(kind="stream_sync", api="cudaStreamSynchronize")
+    """)
+    res = run("--syncguard", FAKE)
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["FAILED test_m.py::test_other_api*"])
 
 
 # -- report ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, why", [
+    ("afile/r.json", "*afile is a file, not a folder)"),
+    ("afile/deeper/r.json", "*afile is a file, not a folder)"),
+    ("adir", "*adir is a folder, not a file)"),
+    ("/proc/r.json", "*cannot create a file in /proc: *"),
+])
+def test_unwritable_report_path_is_a_usage_error_before_any_test(pytester, run, where, why):
+    (pytester.path / "afile").write_text("not a folder")
+    pytester.mkdir("adir")
+    pytester.makepyfile(test_m="""
+        def test_runs():
+            open("ran.txt", "w").close()
+    """)
+    res = run("--syncguard", FAKE, f"--syncguard-report={where}")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert [x for x in res.errlines if x.strip()] == [
+        x for x in res.errlines if x.startswith(f"ERROR: syncguard: --syncguard-report={where}: ")]
+    res.stderr.fnmatch_lines([f"ERROR: syncguard: --syncguard-report={where}: cannot write there {why}"])
+    assert "Traceback" not in res.stderr.str() and not (pytester.path / "ran.txt").exists()
+    assert sorted(p.name for p in pytester.path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_require_cuda_fails_a_session_that_audited_nothing(pytester, run):
+    """On this CPU machine the default detectors audit nothing (they need CUDA): the gate must not
+    be green. The FAKE detector counts as audited, so the same option passes there."""
+    pytester.makepyfile(test_m="def test_a(): pass\ndef test_b(): pass\n")
+    res = run("--syncguard", "--syncguard-require-cuda")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*= syncguard =*",
+                              "syncguard: FAILED: --syncguard-require-cuda: no test could be "
+                              "audited (CUDA is not available*); the session fails",
+                              "NO TEST WAS AUDITED: 2 not audited (no CUDA)"])
+    pytester.makeini("[pytest]\nsyncguard_require_cuda = true\n")
+    assert run("--syncguard").ret == pytest.ExitCode.TESTS_FAILED  # the ini twin
+    assert run("--syncguard", FAKE).ret == pytest.ExitCode.OK
+    pytester.makeini("[pytest]\n")
+    res = run("--syncguard")  # without the option: green, but the summary says so first
+    assert res.ret == pytest.ExitCode.OK
+    res.stdout.fnmatch_lines(["*= syncguard =*", "NO TEST WAS AUDITED: 2 not audited (no CUDA)"])
+
+
 
 def test_report_schema_and_no_cuda(pytester, run):
     pytester.makepyfile(test_m="""
@@ -531,3 +650,110 @@ def test_isolate_runs_audited_tests_in_subprocesses(pytester, run):
     assert t["test_2_after"]["audit"] == "syncs" and t["test_2_after"]["outcome"] == "passed"
     assert t["test_2_after"]["measurements"]["pid"] != os.getpid()
     assert "own subprocess" in res.stdout.str()
+
+
+def test_isolate_without_cuda_starts_no_subprocess(pytester, run):
+    """Default (real) detectors on this CPU-only machine: no CUDA context exists to poison, so the
+    audited tests run in this process (their pid is pytest's) and the summary says why."""
+    pytester.makepyfile(test_m="""
+        import os
+
+        def test_a(syncguard):
+            syncguard.record("pid", os.getpid())
+    """)
+    res = run("--syncguard", "--syncguard-isolate", "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1)
+    assert _tests(_doc(pytester))["test_a"]["measurements"]["pid"] == os.getpid()
+    res.stdout.fnmatch_lines(["--syncguard-isolate: no subprocesses, CUDA is not available*"])
+
+
+# -- phases (issue 13) -------------------------------------------------------------------------
+
+PHASE_CONFTEST = """
+    # FAKE phases: stamps a phase on events by their op, as the detectors' compile / graph-capture
+    # detection will; wraps the audit() that syncguard's session and examples modules call.
+    import contextlib, dataclasses
+    import syncguard.examples, syncguard.session
+
+    PHASE_OF = {"fake::compile": "compile", "fake::capture": "graph_capture"}
+    _audit = syncguard.session.audit
+
+    @contextlib.contextmanager
+    def audit(*args, **kwargs):
+        with _audit(*args, **kwargs) as rep:
+            yield rep
+        rep.syncs[:] = [dataclasses.replace(e, phase=PHASE_OF.get(e.op, "run")) for e in rep.syncs]
+
+    syncguard.session.audit = syncguard.examples.audit = audit
+"""
+PHASE_TESTS = """
+    import pytest
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def test_compile():
+        fake_sync(op="fake::compile")
+
+    def test_capture():
+        fake_sync(op="fake::capture")
+
+    def test_run():
+        fake_sync(op="aten::nonzero")
+
+    @pytest.mark.syncguard(fail_on_phase="graph_capture")
+    def test_capture_marked():
+        fake_sync(op="fake::capture")
+"""
+
+
+def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, run):
+    pytester.makeconftest(PHASE_CONFTEST)
+    pytester.makepyfile(test_m=PHASE_TESTS)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=2, failed=2)
+    res.stdout.fnmatch_lines(["FAILED test_m.py::test_run*", "FAILED test_m.py::test_capture_marked*"],
+                             consecutive=False)
+    t = _tests(_doc(pytester))
+    assert (t["test_compile"]["audit"], t["test_compile"]["syncs"]) == ("allowed", [])
+    moved = t["test_compile"]["allowed"][0]
+    assert moved["phase"] == "compile" and moved["lineno"] == _line(PHASE_TESTS, "fake::compile")
+    assert "--syncguard-fail-on-phase=compile" in moved["reason"]
+    assert t["test_capture_marked"]["syncs"][0]["phase"] == "graph_capture"
+    res.stdout.fnmatch_lines([
+        "2 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
+        f"*test_m.py:{_line(PHASE_TESTS, 'fake::compile')}  [[]compile] stream_sync fake::compile  "
+        "hint: torch.compile syncs*"])
+
+
+@pytest.mark.parametrize("args, ini", [(["--syncguard-fail-on-phase=compile,graph_capture"], ""),
+                                       ([], "syncguard_fail_on_phase = compile, graph_capture")])
+def test_fail_on_phase_option_and_ini_twin(pytester, run, args, ini):
+    pytester.makeconftest(PHASE_CONFTEST)
+    pytester.makepyfile(test_m=PHASE_TESTS)
+    pytester.makeini(f"[pytest]\n{ini}\n")
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json", *args)
+    res.assert_outcomes(failed=4)
+    assert _doc(pytester)["options"]["fail_on_phase"] == ["compile", "graph_capture"]
+
+
+def test_fail_on_phase_hypothesis_examples(pytester, run):
+    """Per-example judging follows the same rule: a compile-phase sync does not fail an example."""
+    pytester.makeconftest(PHASE_CONFTEST)
+    pytester.makepyfile(test_m="""
+        from hypothesis import given, settings, strategies as st
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        @settings(max_examples=10, database=None, deadline=None)
+        @given(st.integers(0, 5))
+        def test_h(n):
+            fake_sync(op="fake::compile")
+    """)
+    run("--syncguard", FAKE).assert_outcomes(passed=1)
+    run("--syncguard", FAKE, "--syncguard-fail-on-phase=compile").assert_outcomes(failed=1)
+
+
+def test_bad_fail_on_phase_is_a_usage_error(pytester, run):
+    pytester.makepyfile("def test_x(): pass")
+    res = run("--syncguard", "--syncguard-fail-on-phase=linking")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["ERROR: syncguard: command line option --syncguard-fail-on-phase: "
+                              "unknown phase(s) [[]'linking'[]]; choose from compile, graph_capture*"])
