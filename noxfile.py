@@ -5,6 +5,7 @@
     nox -s "audit(2.11.0)"       # one version
     nox -s "audit(installed)"    # the torch already installed, no venv (the GPU machine: no registry)
     nox -s report                # reports/*.json + reports/baseline.json -> reports/README.md
+    nox -s docs                  # README.md's tables of measured figures, from the evidence
 
 Each audit writes reports/<cpu|cuda>-torch-<version>.json. Set SYNCGUARD_TORCH_INDEX to install
 torch from another index (e.g. https://download.pytorch.org/whl/cpu).
@@ -68,7 +69,8 @@ def audit_installed(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
-    """Markdown matrix for reports/README.md; the gate itself is `--fail-on regression` in CI."""
+    """Markdown matrix for reports/README.md; the gate itself is `--fail-on regression` in CI.
+    Pass --allow-mixed-commits (after --) while the committed reports predate provenance."""
     session.run("python", "-m", "syncguard", "report", "reports/*-torch-*.json",
                 "--baseline", "reports/baseline.json", "--format", "markdown",
                 "--output", "reports/README.md", *session.posargs)
@@ -79,3 +81,10 @@ def atlas(session: nox.Session) -> None:
     """reports/atlas.md from the committed corpus runs (reports/atlas-runs/, tools/corpus_report.py)."""
     session.run("python", "-m", "syncguard", "atlas", "reports/atlas-runs/*.json",
                 "--format", "markdown", "--output", "reports/atlas.md", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def docs(session: nox.Session) -> None:
+    """README.md's tables of measured figures, regenerated from the committed evidence
+    (tools/readme_figures.py); tests/test_readme_figures.py fails when they disagree."""
+    session.run("python", "tools/readme_figures.py", "--write")

@@ -6,7 +6,7 @@ is a bool mask over tokens. Every variant has the signature
 its first argument) and differs in where the mask must live and whether the host waits:
 
 ==  ======================  ===========  =======================================================
-#   name                    mask on      sync behaviour (declared as data in ``DECLARED_SYNCS``)
+#   name                    mask on      sync behaviour (declared as data in ``cases/declared.py``)
 ==  ======================  ===========  =======================================================
 1   ``index_put_cpu_mask``  CPU          torch >= 2.9: none (indices go through pinned memory);
                                          before 2.9: pageable H2D copy + cudaStreamSynchronize
@@ -32,7 +32,6 @@ Triton is imported only when variant 5 runs on CUDA (it is not installed on CPU 
 from __future__ import annotations
 
 import functools
-import re
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -44,11 +43,8 @@ try:
 except ImportError:  # torch runs without numpy; the host row search then uses torch
     np = None
 
-from syncguard.events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC
-
 __all__ = [
-    "Variant", "VARIANTS", "DECLARED_SYNCS", "DETERMINISTIC_SYNCS", "expected_syncs",
-    "NAN_CANONICALISED_WHEN_DETERMINISTIC", "canonical_nan",
+    "Variant", "VARIANTS", "canonical_nan",
     "merge_index_put_cpu_mask", "merge_masked_scatter", "merge_index_put_gpu_mask",
     "merge_index_copy_rows", "merge_triton_row_scatter", "flatten_embeddings",
     "reference_merge", "bits", "supports_dtype", "triton_available", "triton_config",
@@ -251,69 +247,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 
 
 # ---------------------------------------------------------------------------------------------
-# Declared sync behaviour, as data
-
-# The trace detector cannot see the direction of a copy made inside an aten op and names its
-# wait a device-to-host read (blocking_copy_d2h); the profile detector names it exactly.
-_COPY_AND_WAIT_H2D = frozenset({BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC, BLOCKING_COPY_D2H})
-_NONZERO = frozenset({BLOCKING_COPY_D2H, STREAM_SYNC})
-
-#: For each variant, ``((first torch (major, minor), kinds or None), ...)`` in version order;
-#: the last entry whose version is <= the running torch applies. ``None`` = no sync at all;
-#: a frozenset = the kinds of sync syncguard may report for it (one op can be named by more
-#: than one kind: nonzero's wait is a blocking D2H copy to the trace detector, a stream sync
-#: to the debug detector).
-DECLARED_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] = {
-    "index_put_cpu_mask": (((0, 0), _COPY_AND_WAIT_H2D), ((2, 9), None)),
-    "masked_scatter": (((0, 0), None),),
-    "index_put_gpu_mask": (((0, 0), _NONZERO),),
-    "index_copy_rows": (((0, 0), None),),
-    "triton_row_scatter": (((0, 0), None),),
-}
-
-#: Overrides under ``torch.use_deterministic_algorithms(True)`` (same shape). Measured on the
-#: H200 with torch 2.11 (reports/gpu/): the deterministic index_put kernel (sort-based) waits
-#: for the device even with a CPU mask, so variant 1 is not sync-free in that mode.
-DETERMINISTIC_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] = {
-    "index_put_cpu_mask": (((0, 0), _COPY_AND_WAIT_H2D),),
-}
-
-#: Variants whose deterministic CUDA kernel is not a bit copy: it rewrites NaN payloads to the
-#: canonical NaN (measured on the H200, torch 2.11: float16 payload 0x7f55 came out 0x7fff for
-#: index_put_ with a device mask and for index_copy_). Their results are compared with NaNs
-#: canonicalised in that mode, and test_deterministic_kernels_canonicalise_nan pins the finding.
-NAN_CANONICALISED_WHEN_DETERMINISTIC = frozenset({"index_put_cpu_mask", "index_put_gpu_mask",
-                                                  "index_copy_rows"})
-
-
-def _major_minor(torch_version: Any) -> tuple[int, int]:
-    m = re.match(r"\s*(\d+)\.(\d+)", str(torch_version))
-    if not m:
-        raise ValueError(f"cannot read a torch version from {torch_version!r}")
-    return int(m[1]), int(m[2])
-
-
-def expected_syncs(variant: str, torch_version: Any = None, *,
-                   deterministic: bool = False) -> frozenset | None:
-    """The kinds of sync ``variant`` is declared to make on ``torch_version`` (default: the
-    running torch); ``None`` means it must not sync at all.
-
-    Pre-releases count as their release (``2.9.0a0`` is 2.9): nightlies carry the change.
-    """
-    if variant not in DECLARED_SYNCS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {', '.join(DECLARED_SYNCS)}")
-    version = _major_minor(torch.__version__ if torch_version is None else torch_version)
-    table = DECLARED_SYNCS[variant]
-    if deterministic and variant in DETERMINISTIC_SYNCS:
-        table = DETERMINISTIC_SYNCS[variant]
-    kinds = None
-    for since, declared in table:
-        if version >= since:
-            kinds = declared
-    return kinds
-
-
-# ---------------------------------------------------------------------------------------------
 # Triton row scatter (the kernel is plain Python until triton is imported on first CUDA use)
 
 tl: Any = None  # triton.language, bound by _load_triton(); the kernel reads it as a global
@@ -436,21 +369,23 @@ def reference_merge(inputs_embeds: torch.Tensor, is_multimodal: torch.Tensor,
     return out
 
 
-_SUPPORT: dict[tuple[str, torch.dtype, str, bool], bool] = {}
+_SUPPORT: dict[tuple[str, torch.dtype, str, bool, bool], bool] = {}
 
 
 def supports_dtype(variant: str, dtype: torch.dtype, device: Any, *,
-                   deterministic: bool = False) -> bool:
+                   deterministic: bool = False, one_element: bool = False) -> bool:
     """Whether this torch build runs ``variant`` for ``dtype`` on ``device`` (with
     deterministic algorithms on or off: they swap in kernels with their own dtype lists).
 
-    Probed once on a 4-token example (list input, so the concatenation is covered too); only
-    NotImplementedError or a RuntimeError saying "not implemented for" counts as unsupported,
-    any other error propagates. Known gaps: torch 2.13 CPU has no float8 ``index_copy_`` or
-    ``masked_scatter_``.
+    A probe, used only to cross-check the declared table (``cases/declared.py``): the cases draw
+    their dtypes from the table, never from this. Two examples, because kernels differ by shape:
+    4 tokens x 3 hidden from a list of two items (the concatenation is covered too), and with
+    ``one_element`` a single-element value (1 token x 1 hidden), which index_put_ with a mask
+    turns into ``masked_fill``. Only NotImplementedError or a RuntimeError saying "not
+    implemented for" counts as unsupported; any other error propagates.
     """
     device = torch.device(device)
-    key = (variant, dtype, str(device), bool(deterministic))
+    key = (variant, dtype, str(device), bool(deterministic), bool(one_element))
     if key not in _SUPPORT:
         v = VARIANTS[variant]
         from syncguard import allow
@@ -458,11 +393,16 @@ def supports_dtype(variant: str, dtype: torch.dtype, device: Any, *,
 
         with allow("probing whether a variant supports a dtype"), \
                 deterministic_algorithms(deterministic):
-            x = torch.zeros(4, 3, dtype=dtype, device=device)
-            mask = torch.tensor([True, False, True, True])
+            if one_element:
+                x = torch.zeros(2, 1, dtype=dtype, device=device)
+                mask = torch.tensor([False, True])
+                mm = [torch.zeros(1, 1, dtype=dtype, device=device)]
+            else:
+                x = torch.zeros(4, 3, dtype=dtype, device=device)
+                mask = torch.tensor([True, False, True, True])
+                mm = [torch.zeros(1, 3, dtype=dtype, device=device),
+                      torch.zeros(2, 3, dtype=dtype, device=device)]
             mask = mask.to(device) if v.mask_on == "device" else mask
-            mm = [torch.zeros(1, 3, dtype=dtype, device=device),
-                  torch.zeros(2, 3, dtype=dtype, device=device)]
             try:
                 v.fn(x, mask, mm)
                 if device.type == "cuda":

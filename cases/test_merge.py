@@ -16,6 +16,7 @@ its validation and fallback are tested here); audits, declared-sync rows and mea
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -33,11 +34,13 @@ import syncguard
 from syncguard import strategies as sgs
 from syncguard.events import format_report
 
-from cases.merge import (DECLARED_SYNCS, DETERMINISTIC_SYNCS, NAN_CANONICALISED_WHEN_DETERMINISTIC,
-                         VARIANTS, bits,
-                         canonical_nan, expected_syncs, measure_merge,
-                         merge_masked_scatter, reference_merge, representative_inputs,
-                         supports_dtype, triton_available)
+from cases.declared import (DECLARED_SYNCS, DECLARED_WAITS, DETERMINISTIC_SYNCS,
+                            DETERMINISTIC_WAITS, DTYPE_SUPPORT, LEVELS,
+                            NAN_CANONICALISED_WHEN_DETERMINISTIC, NO, NOT_ONE_ELEMENT, YES,
+                            declared_dtype_support, expected_syncs, expected_waits)
+from cases.merge import (VARIANTS, bits, canonical_nan, measure_merge, merge_masked_scatter,
+                         reference_merge, representative_inputs, supports_dtype,
+                         triton_available)
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
@@ -70,13 +73,19 @@ def _mask_placement(v):
     return sgs.mask_placements(placements=("cpu", "cpu_pinned")) if CUDA else "cpu"
 
 
+def _support(name: str, mode):
+    return declared_dtype_support(name, DEVICE, TORCH, deterministic=mode.deterministic)
+
+
 def _dtypes_for(name: str, mode):
-    """Float dtypes the build runs this variant with under ``mode`` (float8 is missing from
-    some kernels, and deterministic mode swaps in kernels with their own dtype lists)."""
-    unsupported = [d for d in sgs.available_dtypes()
-                   if not supports_dtype(name, d, DEVICE, deterministic=mode.deterministic)]
+    """Float dtypes this variant is DECLARED to run with on this device and torch, under
+    ``mode`` (cases/declared.py; float8 is missing from some kernels, and deterministic mode
+    swaps in kernels with their own dtype lists). Never asked of the variant itself:
+    test_declared_dtype_support_matches_the_build cross-checks the table against a probe."""
+    support = _support(name, mode)
+    unsupported = [d for d in sgs.available_dtypes() if support.level(d) == NO]
     if unsupported:
-        note(f"{name} on {DEVICE} ({mode}): not implemented for {unsupported} in torch {TORCH}")
+        note(f"{name} on {DEVICE} ({mode}): declared unsupported {unsupported} in torch {TORCH}")
     return sgs.dtypes(exclude=unsupported)
 
 
@@ -88,9 +97,19 @@ def _inputs(data, name: str, mode, **kw):
         max_hidden=MAX_HIDDEN, **kw), label="inputs")
 
 
-def _call_audited(v, inp, mode, detectors=("debug", "trace")):
+def _declared_allows(v, waits):
+    """One ``allow(max=n, api=...)`` per declared wait: an extra wait is then a failure."""
+    stack = contextlib.ExitStack()
+    for api, n in sorted(waits.counts.items()):
+        stack.enter_context(syncguard.allow(f"declared: {v.name} waits {n}x in {api} on torch "
+                                            f"{TORCH}", max=n, api=api))
+    return stack
+
+
+def _call_audited(v, inp, mode, detectors=("debug", "trace"), waits=None):
     """Run the merge on ``inp`` (in place) as a case should; returns (result or the ValueError
-    it raised, the audit report or None without CUDA, the declaration used)."""
+    it raised, the audit report or None without CUDA, the declaration used). With ``waits``
+    (exact counts, representative inputs) each declared wait is allowed ``max=n`` times."""
     declared = expected_syncs(v.name, TORCH, deterministic=mode.deterministic)
 
     def call():
@@ -113,7 +132,10 @@ def _call_audited(v, inp, mode, detectors=("debug", "trace")):
         torch.cuda.synchronize()
     with syncguard.audit(detectors) as report:
         with mode.apply():
-            if declared is None:
+            if waits is not None and waits.counts:
+                with _declared_allows(v, waits):
+                    result = call()
+            elif declared is None or waits is not None:
                 with syncguard.forbid():
                     result = call()
             else:
@@ -159,6 +181,12 @@ def test_merge_properties(name, data, mode):
     with _setup("reference on the CPU"):
         ref = reference_merge(inp.inputs_embeds, inp.is_multimodal, inp.mm_embeds)
     work = inp.fresh()
+    if _support(name, mode).level(inp.dtype) == NOT_ONE_ELEMENT and inp.n_mm_rows * inp.hidden == 1:
+        # declared: this dtype has no kernel for a one-element value (index_put_'s masked_fill)
+        with pytest.raises((NotImplementedError, RuntimeError), match="not implemented for"):
+            with mode.apply(), _setup("declared unsupported: one-element value"):
+                v.fn(work.inputs_embeds, work.is_multimodal, work.mm_embeds)
+        return
     out, report, declared = _call_audited(v, work, mode)
     assert not isinstance(out, ValueError), f"well-formed example rejected: {out}"
     assert out is work.inputs_embeds, "merge must work in place and return inputs_embeds"
@@ -353,16 +381,80 @@ def test_declarations_are_data_per_torch_version():
         expected_syncs("masked_scatter", "latest")
 
 
+def test_exact_wait_counts_are_declared_for_every_variant_mode_and_version():
+    """Counts per call on the representative inputs, both modes: integers, where the kinds
+    table says "no sync" the count is 0 and where it says "syncs" it is at least 1, and every
+    entry says where it was measured (or that it was not)."""
+    assert set(DECLARED_WAITS) == set(VARIANTS)
+    assert set(DETERMINISTIC_WAITS) <= set(VARIANTS)
+    assert expected_waits("index_put_cpu_mask", "2.8.0").counts == {"cudaStreamSynchronize": 1}
+    assert expected_waits("index_put_cpu_mask", "2.9.0").counts == {}
+    assert expected_waits("index_put_cpu_mask", "2.14.1", deterministic=True).total == 1
+    assert expected_waits("index_put_gpu_mask", "2.11.0").counts == {"cudaStreamSynchronize": 1}
+    for name in VARIANTS:
+        for version in ("2.8.0", "2.9.0", "2.11.0", "2.13.0", "2.14.1"):
+            for det in (False, True):
+                waits = expected_waits(name, version, deterministic=det)
+                assert waits.measured, (name, version, det)
+                assert all(isinstance(n, int) and n > 0 for n in waits.counts.values())
+                assert all(api.startswith("cuda") for api in waits.counts)
+                kinds = expected_syncs(name, version, deterministic=det)
+                assert (kinds is None) == (waits.total == 0), (name, version, det)
+
+
+def test_dtype_table_is_declared_per_device_mode_and_dtype():
+    for device in ("cpu", "cuda"):
+        for name in VARIANTS:
+            for det in (False, True):
+                assert (device, name, det) in DTYPE_SUPPORT
+                support = declared_dtype_support(name, device, "2.13.0", deterministic=det)
+                assert support.measured
+                for d in sgs.available_dtypes():
+                    assert support.level(d) in LEVELS
+                for d in sgs.available_dtypes(float8=False):
+                    assert support.level(d) == YES, f"{name} on {device}: {d} not declared yes"
+    with pytest.raises(ValueError, match="no dtype support declared"):
+        declared_dtype_support("masked_scatter", "meta")
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+@pytest.mark.parametrize("name", ALL)
+def test_declared_dtype_support_matches_the_build(name, deterministic):
+    """The probe only cross-checks the declared table: every dtype declared ``yes`` runs on a
+    4-token and on a one-element value, ``not for a one-element value`` runs on the first only,
+    ``no`` on neither. Any disagreement fails, naming the entry to fix in cases/declared.py."""
+    _variant(name)
+    support = declared_dtype_support(name, DEVICE, TORCH, deterministic=deterministic)
+    wrong = []
+    for d in sgs.available_dtypes():
+        level = support.level(d)
+        got = (supports_dtype(name, d, DEVICE, deterministic=deterministic),
+               supports_dtype(name, d, DEVICE, deterministic=deterministic, one_element=True))
+        want = {YES: (True, True), NOT_ONE_ELEMENT: (True, False), NO: (False, False)}[level]
+        if got != want:
+            wrong.append(f"{d}: declared {level!r}, the build runs "
+                         f"4-token={got[0]}, one-element={got[1]}")
+    assert not wrong, (f"cases/declared.py DTYPE_SUPPORT[({DEVICE.type!r}, {name!r}, "
+                       f"{deterministic})] disagrees with torch {TORCH} ({support.measured}):\n  "
+                       + "\n  ".join(wrong))
+
+
 # ---------------------------------------------------------------------------------------------
 # GPU: one stable row per variant for the version matrix, and measurements
 
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.syncguard(detectors="debug,trace,profile")  # one call: afford exact kinds and ops
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 @pytest.mark.parametrize("name", ALL)
-def test_declared_sync(name):
-    """At a fixed representative size (4096 tokens x 2048 bf16, half multimodal in runs)."""
+def test_declared_sync(name, deterministic):
+    """At a fixed representative size (4096 tokens x 2048 bf16, half multimodal in runs): one
+    call makes EXACTLY the declared host waits (cases/declared.py DECLARED_WAITS /
+    DETERMINISTIC_WAITS), each allowed with ``max=n`` so one more is an unallowed sync, and
+    each counted so one fewer fails too."""
     v = _variant(name)
+    mode = sgs.GlobalMode(deterministic=deterministic)
+    waits = expected_waits(name, TORCH, deterministic=deterministic)
     with _setup("representative example"):
         x, mask, mm = representative_inputs(name, 4096, 2048)
         ref = reference_merge(x, mask, mm)
@@ -373,12 +465,19 @@ def test_declared_sync(name):
                           mask_placement="cuda" if mask.is_cuda else "cpu", layout="contiguous",
                           tokens=4096, hidden=2048, n_slots=n_slots,
                           n_mm_rows=mm.shape[0], mm_container="tensor", seed=0)
-    out, report, declared = _call_audited(v, inp, sgs.GlobalMode(deterministic=False),
-                                          ("debug", "trace", "profile"))
+    out, report, _ = _call_audited(v, inp, mode, ("debug", "trace", "profile"), waits=waits)
     assert out is x
     with _setup("compare"):
-        assert torch.equal(bits(x.cpu()), bits(ref))
-    _check_syncs(v, report, declared, must_sync=True)
+        got, want = x.cpu(), ref
+        if deterministic and name in NAN_CANONICALISED_WHEN_DETERMINISTIC:
+            got, want = canonical_nan(got), canonical_nan(want)
+        assert torch.equal(bits(got), bits(want))
+    assert report.cuda_available, report.reason
+    seen = collections.Counter(e.api for e in report.allowed)
+    assert not report.syncs and dict(seen) == dict(waits.counts), (
+        f"{name} on torch {TORCH} ({mode}): declared exactly {dict(waits.counts)} "
+        f"[{waits.measured}], saw {dict(seen)} allowed + {len(report.syncs)} unallowed\n"
+        f"{format_report(report)}")
 
 
 _SIZES = ((8192, 4096, 10, 100), (131072, 8192, 5, 30))  # tokens, hidden, warm-up, reps

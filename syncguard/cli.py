@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import atlas
+from . import baseline as bl
 from . import matrix as mx
 from .events import SchemaError
 from .formats import FORMATS
@@ -40,14 +41,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items())
                      + " (default: table)")
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
-                     help="regression: exit 1 if a case got worse than the baseline; "
+                     help="regression: exit 1 if a case got worse than the baseline (more or "
+                          "new syncs, more allowed syncs at a site than its budget, no longer "
+                          "audited, missing, a baseline run not given, nothing audited, a gated "
+                          "timing beyond its noise band); "
                           "any: exit 1 on any unallowed sync or race; never: exit 0 "
                           "(default: never)")
     rep.add_argument("--update-baseline", action="store_true",
-                     help="write the current outcomes to --baseline (runs not given are kept); "
-                          "--fail-on still judges the baseline as it was (default: off)")
+                     help="write the current outcomes to --baseline (runs not given are kept) "
+                          "and print the changes it accepts; --fail-on still judges the "
+                          "baseline as it was (default: off)")
     rep.add_argument("--output", metavar="FILE",
-                     help="write the rendered output here, atomically (default: standard output)")
+                     help="write the rendered output here, atomically; never one of the inputs "
+                          "(default: standard output)")
+    rep.add_argument("--allow-mixed-commits", action="store_true",
+                     help="compare runs made by different detector code (or without provenance); "
+                          "refused with exit 2 otherwise, marked with a dagger when allowed "
+                          "(default: off)")
     atlas.add_arguments(sub.add_parser("atlas", help="which operations wait, per torch version "
                                                      "(corpus runs)"))
     return parser
@@ -84,12 +94,12 @@ def load_baseline(path: Path) -> dict:
     except SchemaError as e:
         raise InputError(str(e)) from None
     try:
-        return mx.check_baseline(data)
+        return bl.check(data)
     except SchemaError as e:
         raise InputError(f"{path}: {e}") from None
 
 
-def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: bool) -> str | None:
+def render(fmt: str, matrix: mx.Matrix, cmp: bl.Comparison | None, to_terminal: bool) -> str | None:
     """Rendered text, or None when a rich table went straight to the terminal."""
     chosen = FORMATS[fmt]
     if to_terminal and chosen.rich is not None:
@@ -98,6 +108,16 @@ def render(fmt: str, matrix: mx.Matrix, cmp: mx.Comparison | None, to_terminal: 
         Console().print(chosen.rich(matrix, cmp))
         return None
     return chosen.text(matrix, cmp)
+
+
+def _refuse_overwriting_an_input(output: Path, inputs: list[Path], baseline: Path | None) -> None:
+    """``--output`` must not name a file this command reads: it would replace the evidence."""
+    target = output.resolve()
+    for path in inputs + ([baseline] if baseline else []):
+        if path.resolve() == target or (output.exists() and path.exists()
+                                        and os.path.samefile(output, path)):
+            what = "the baseline" if path == baseline else "one of the input reports"
+            raise InputError(f"--output {output} is {what}; refusing to overwrite it")
 
 
 def _write(path: str | Path, text: str) -> None:
@@ -114,8 +134,11 @@ def matrix_command(args: argparse.Namespace) -> int:
     if args.fail_on == "regression" and not args.baseline:
         raise InputError("--fail-on regression needs --baseline FILE")
     baseline_path = Path(args.baseline) if args.baseline else None
+    inputs = expand(args.reports, exclude=baseline_path)
+    if args.output:
+        _refuse_overwriting_an_input(Path(args.output), inputs, baseline_path)
     docs = []
-    for path in expand(args.reports, exclude=baseline_path):
+    for path in inputs:
         try:
             docs.append((str(path), load_document(path)))
         except SchemaError as e:
@@ -124,10 +147,17 @@ def matrix_command(args: argparse.Namespace) -> int:
         matrix = mx.build(docs)
     except SchemaError as e:
         raise InputError(str(e)) from None
+    mixed = mx.mixed_runs(matrix)
+    if mixed and not args.allow_mixed_commits:
+        raise InputError(
+            "refusing to compare runs made by different detector code: "
+            + "; ".join(f"{r.label} ({r.provenance['code']}, commit {r.provenance['commit']})"
+                        if r.code else f"{r.label} (no provenance)" for r in mixed)
+            + " differ from the rest; pass --allow-mixed-commits to compare them anyway")
     baseline = None
     if baseline_path and not (args.update_baseline and not baseline_path.exists()):
         baseline = load_baseline(baseline_path)
-    cmp = mx.compare(matrix, baseline) if baseline is not None else None
+    cmp = bl.compare(matrix, baseline) if baseline is not None else None
 
     # Input is good: from here on, write.
     text = render(args.format, matrix, cmp,
@@ -137,8 +167,12 @@ def matrix_command(args: argparse.Namespace) -> int:
     elif text is not None:
         sys.stdout.write(text)
     if args.update_baseline:
-        _write(baseline_path, json.dumps(mx.make_baseline(matrix, baseline), indent=1,
-                                         ensure_ascii=False) + "\n")
+        updated = bl.make(matrix, baseline)
+        _write(baseline_path, json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
+        accepted = bl.diff(baseline, updated)
+        print(f"syncguard: {baseline_path}: --update-baseline accepted "
+              f"{len(accepted)} change(s)" + "".join(f"\n  {line}" for line in accepted),
+              file=sys.stderr)
     # The gate judges the baseline as it was before any --update-baseline.
     if args.fail_on == "regression":
         return 1 if cmp and cmp.regressions else 0

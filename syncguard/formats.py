@@ -10,9 +10,35 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from . import timing
+from .baseline import Comparison, Delta
 from .events import SCHEMA_VERSION
-from .matrix import (MEASURES, OTHER_TITLE, Cell, Comparison, Delta, Matrix, plural, changes, measurement_rows,
+from .matrix import (MEASURES, OTHER_TITLE, Cell, Matrix, plural, changes, measurement_rows,
+                     mixed_runs,
                      unallowed)
+
+#: provenance rows shown per run: (key of syncguard.provenance.describe, title)
+PROVENANCE_ROWS = (("commit", "project commit"), ("code", "detector code"),
+                   ("detectors", "detectors"), ("torch", "torch"), ("gpu", "GPU"),
+                   ("driver", "driver"), ("hypothesis", "hypothesis"))
+MIXED_MARK = "†"
+CPU_NOTE = ("A CPU run checks no sync: without CUDA every case is \"not audited\"; only the "
+            "correctness properties ran. Sync behaviour is proven by the GPU columns.")
+
+
+def _column(matrix: Matrix, run) -> str:
+    return run.label + (f" {MIXED_MARK}" if run in mixed_runs(matrix) else "")
+
+
+def _notes(matrix: Matrix) -> list[str]:
+    notes = []
+    if mixed_runs(matrix):
+        notes.append(f"{MIXED_MARK} made by other detector code than the other columns, or "
+                     "without provenance (compared only because of --allow-mixed-commits): a "
+                     "difference in such a column may come from the detector, not from torch.")
+    if any(r.device != "cuda" for r in matrix.runs):
+        notes.append(CPU_NOTE)
+    return notes
 
 
 def _md(text: str) -> str:
@@ -34,21 +60,31 @@ def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
     def fmt(d: Delta) -> str:
         return f"{d.nodeid} on {d.label}: {d.before} -> {d.after}" + (f" ({d.why})" if d.why else "")
 
+    ungated = ([f"{cmp.ungated_timings} timing(s) shown but not gated: gating needs "
+                f"{timing.MIN_PROCESSES}+ processes x {timing.MIN_REPS}+ repetitions in the run "
+                "and in the baseline"] if cmp.ungated_timings else [])
     return [("Regressions", [fmt(d) for d in cmp.regressions]),
             ("Improvements", [fmt(d) for d in cmp.improvements]),
             ("New runs (not in baseline)", list(cmp.new_runs)),
             ("New cases (not in baseline)", [fmt(d) for d in cmp.new_cases]),
-            ("Missing (in baseline, not in run)", [fmt(d) for d in cmp.missing])]
+            ("Missing (in baseline, never audited there)", [fmt(d) for d in cmp.missing]),
+            ("Timings (gated against their measured noise band)", list(cmp.timings) + ungated)]
 
 
 def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
     """A GitHub job summary: totals, the matrix table, changes, baseline comparison, measurements."""
     out = ["## syncguard", "", _totals(matrix), ""]
-    out.append("| case | " + " | ".join(_md(r.label) for r in matrix.runs) + " |")
+    out += [f"> {_md(n)}" for n in _notes(matrix)] + ([""] if _notes(matrix) else [])
+    out.append("| case | " + " | ".join(_md(_column(matrix, r)) for r in matrix.runs) + " |")
     out.append("|---" * (len(matrix.runs) + 1) + "|")
     for nodeid in matrix.nodeids:
         out.append(f"| `{_md(nodeid)}` | "
                    + " | ".join(_md(matrix.cell(r.label, nodeid).text) for r in matrix.runs) + " |")
+    out += ["", "### Provenance", "", "| | " + " | ".join(_md(_column(matrix, r)) for r in matrix.runs)
+            + " |", "|---" * (len(matrix.runs) + 1) + "|"]
+    for key, title in PROVENANCE_ROWS:
+        out.append(f"| {title} | " + " | ".join(_md(r.provenance.get(key, "?")) for r in matrix.runs)
+                   + " |")
     found = changes(matrix)
     out += ["", "### Changes between versions", ""]
     out += [f"- `{_md(c.nodeid)}` ({_md(c.series)}): {_md(c.text)}" for c in found] or ["- none"]
@@ -79,7 +115,10 @@ def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "kind": "syncguard-matrix",
         "runs": [{"label": r.label, "path": r.path, "torch": r.torch, "device": r.device,
-                  "gpu": r.gpu, "complete": r.complete} for r in matrix.runs],
+                  "gpu": r.gpu, "complete": r.complete, "code": r.code,
+                  "provenance": dict(r.provenance), "mixed": r in mixed_runs(matrix)}
+                 for r in matrix.runs],
+        "notes": _notes(matrix),
         "cases": [{"nodeid": n, "cells": {r.label: cell(matrix.cell(r.label, n)) for r in matrix.runs}}
                   for n in matrix.nodeids],
         "changes": [{"nodeid": c.nodeid, "series": c.series, "text": c.text} for c in changes(matrix)],
@@ -90,7 +129,8 @@ def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
                            "improvements": [asdict(d) for d in cmp.improvements],
                            "new_runs": list(cmp.new_runs),
                            "new_cases": [asdict(d) for d in cmp.new_cases],
-                           "missing": [asdict(d) for d in cmp.missing]}
+                           "missing": [asdict(d) for d in cmp.missing],
+                           "timings": list(cmp.timings), "ungated_timings": cmp.ungated_timings}
     return doc
 
 
@@ -108,11 +148,18 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
     table = Table(title="syncguard", caption=_totals(matrix))
     table.add_column("case", overflow="fold")
     for run in matrix.runs:
-        table.add_column(Text(run.label), overflow="fold")
+        table.add_column(Text(_column(matrix, run)), overflow="fold")
     for nodeid in matrix.nodeids:  # Text, not str: '[param]' in a nodeid is not rich markup
         cells = [matrix.cell(r.label, nodeid) for r in matrix.runs]
         table.add_row(Text(nodeid), *(Text(c.text, style=style.get(c.state, "dim")) for c in cells))
-    parts: list[Any] = [table, Text("Changes between versions", style="bold")]
+    prov = Table(title="provenance")
+    prov.add_column("")
+    for run in matrix.runs:
+        prov.add_column(Text(_column(matrix, run)), overflow="fold")
+    for key, title in PROVENANCE_ROWS:
+        prov.add_row(Text(title), *(Text(r.provenance.get(key, "?")) for r in matrix.runs))
+    parts: list[Any] = [*(Text(n, style="bold") for n in _notes(matrix)), table, prov,
+                        Text("Changes between versions", style="bold")]
     parts += [Text(f"  {c.nodeid} ({c.series}): {c.text}") for c in changes(matrix)] or [Text("  none")]
     for title, lines in _comparison_lines(cmp):
         if lines:

@@ -8,17 +8,8 @@ A *run* is one session report (torch version × device, named by :func:`sessionf
 ignored), GPU runs before CPU runs of the same version. Adjacent versions are compared within one
 *series* (same device and GPU model), so a CPU run never reads as a GPU case "getting cleaner".
 
-Baseline document (``schema_version`` 1), keyed by run label and nodeid so that a GPU run is
-only ever compared with the GPU baseline::
-
-    {"schema_version": 1, "kind": "syncguard-baseline",
-     "runs": {"torch 2.11.0+cu130 · NVIDIA H200": {
-         "cases/test_merge.py::test_x[cpu_mask]": {"state": "clean", "syncs": 0, "kinds": [],
-                                                    "allowed": 0, "allowed_kinds": []}}}}
-
-``state`` is a :data:`STATES` value; ``syncs``/``kinds`` count unallowed syncs plus races (kind
-``race``); ``allowed``/``allowed_kinds`` count syncs declared with ``allow()``. Updating keeps the
-entries of runs that were not part of the update, so a partial set of reports never drops a run.
+The baseline (accepted outcomes, per-site budgets, timings) and the comparison with it live in
+:mod:`syncguard.baseline`; the provenance each run carries in :mod:`syncguard.provenance`.
 """
 from __future__ import annotations
 
@@ -30,14 +21,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .events import RACE, SCHEMA_VERSION, RaceEvent, SchemaError, SyncEvent, check_schema
+from .events import RACE, RaceEvent, SchemaError, SyncEvent
+from . import provenance, timing
 from .sessionfile import TestEntry, run_label
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
 STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off", "missing")
 UNJUDGED = ("skipped", "not_audited", "off", "missing")
+AUDITED = ("clean", "syncs", "allowed")
 FAILED_OUTCOMES = ("failed", "error")
-BASELINE_KIND = "syncguard-baseline"
 #: Measurement keys with their own column in tables: (key, column title). Every other value a test
 #: recorded (``syncguard.record()``) is listed in one more column, ``OTHER_TITLE``.
 MEASURES = (("median_ms", "time"), ("ratio_to_copy", "× copy"), ("peak_extra_bytes", "peak extra"))
@@ -67,6 +59,11 @@ class Run:
     device: str
     gpu: str | None
     complete: bool = True
+    #: identity of the detector code that made the run (syncguard.provenance.code_identity);
+    #: None for reports written before provenance existed
+    code: str | None = None
+    #: display strings per provenance field (syncguard.provenance.describe)
+    provenance: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def version(self) -> tuple[int, ...]:
@@ -94,6 +91,11 @@ class Cell:
     allowed_kinds: tuple[str, ...] = ()
     reason: str | None = None
     measurements: Mapping[str, Any] = field(default_factory=dict)  # numbers as float
+    #: allowed syncs per site (:func:`site`): what a baseline's per-site budget is checked on
+    sites: Mapping[str, int] = field(default_factory=dict)
+    #: timing samples per measurement key, one list of repetitions per process
+    #: (syncguard.timing); only these are ever gated
+    samples: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
@@ -149,26 +151,6 @@ class Change:
     text: str  # "syncs on 2.8.0 (…), clean from 2.11.0"
 
 
-@dataclass(frozen=True)
-class Delta:
-    """One case of one run compared with the baseline."""
-
-    label: str
-    nodeid: str
-    before: str
-    after: str
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    regressions: tuple[Delta, ...] = ()
-    improvements: tuple[Delta, ...] = ()
-    new_runs: tuple[str, ...] = ()
-    new_cases: tuple[Delta, ...] = ()
-    missing: tuple[Delta, ...] = ()
-
-
 # -- building -----------------------------------------------------------------------------------
 
 def plural(n: int, word: str) -> str:
@@ -216,6 +198,13 @@ def _phrases(records: Iterable[Any]) -> list[str]:
     return [p for r in records for p in (_phrase(r),) * getattr(r, "count", 1)]
 
 
+def site(e: SyncEvent) -> str:
+    """Where an allowed sync is budgeted: the CUDA call (or kind) and the function and file that
+    made it. Not the line, so that an edit above a sync does not move its budget."""
+    where = f"{e.function or '?'} ({os.path.basename(e.filename)})" if e.filename else "?"
+    return f"{e.api or e.kind or '?'} in {where}"
+
+
 def make_cell(test: TestEntry, run: Run) -> Cell:
     events = list(test.syncs) + list(test.races)
     allowed = list(test.allowed)
@@ -229,17 +218,23 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     else:
         state = "syncs" if events else "allowed" if allowed else "clean"
     reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
-    numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()}
+    numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
+               if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
+    budget: Counter = Counter()
+    for e in allowed:  # a record stands for ``count`` syncs at its site
+        budget[site(e)] += getattr(e, "count", 1)
     return Cell(state, outcome, tuple(_phrases(events)),
                 tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
-                tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers)
+                tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
+                dict(budget), timing.samples(test.measurements))
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:
     env = doc.get("environment") or {}
     device = env.get("device") or "cpu"
     return Run(run_label(doc), str(path), env.get("torch") or "?", device,
-               env.get("gpu") if device == "cuda" else None, bool(doc.get("complete", True)))
+               env.get("gpu") if device == "cuda" else None, bool(doc.get("complete", True)),
+               provenance.code_identity(doc), provenance.describe(doc))
 
 
 def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
@@ -300,87 +295,20 @@ def changes(matrix: Matrix) -> list[Change]:
     return out
 
 
-def baseline_entry(cell: Cell) -> dict[str, Any]:
-    return {"state": cell.state, "syncs": len(cell.syncs), "kinds": list(cell.kinds),
-            "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds)}
+def mixed_runs(matrix: Matrix) -> list[Run]:
+    """Runs made by other detector code than the rest: those whose code identity differs from
+    the most common one, and every run without provenance (its code cannot be known). Empty for
+    a single run, or when every run carries the same identity."""
+    if len(matrix.runs) < 2:
+        return []
+    known = Counter(r.code for r in matrix.runs if r.code)
+    common = known.most_common(1)[0][0] if known else None
+    return [r for r in matrix.runs if r.code is None or r.code != common]
 
 
-def make_baseline(matrix: Matrix, old: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept."""
-    runs = dict((old or {}).get("runs", {}))
-    for run in matrix.runs:
-        runs[run.label] = {n: baseline_entry(matrix.cell(run.label, n)) for n in matrix.nodeids
-                           if matrix.cell(run.label, n).state != "missing"}
-    return {"schema_version": SCHEMA_VERSION, "kind": BASELINE_KIND,
-            "runs": {label: runs[label] for label in sorted(runs)}}
-
-
-def check_baseline(data: Any) -> dict[str, Any]:
-    """Validate a loaded baseline; raises SchemaError with the bad value named."""
-    check_schema(data, "baseline")
-    if data.get("kind") != BASELINE_KIND:
-        raise SchemaError(f"kind is {data.get('kind')!r}, not {BASELINE_KIND!r}")
-    if not isinstance(data.get("runs"), dict):
-        raise SchemaError("'runs' is missing or not an object")
-    for label, cases in data["runs"].items():
-        if not isinstance(cases, dict):
-            raise SchemaError(f"run {label!r} is not an object")
-        for nodeid, e in cases.items():
-            if (not isinstance(e, dict) or e.get("state") not in STATES
-                    or not isinstance(e.get("syncs"), int) or not isinstance(e.get("kinds"), list)):
-                raise SchemaError(f"malformed entry for {nodeid!r} in run {label!r}")
-    return data
-
-
-def _entry_text(e: dict[str, Any]) -> str:
-    if e["state"] in UNJUDGED:
-        return e["state"].replace("_", " ")
-    return summary(e["state"], e["syncs"], e["kinds"], e.get("allowed", 0), e.get("allowed_kinds", []))
-
-
-def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
-    """Each run's cells against the baseline entries of the same run label.
-
-    Regression: now fails, or (both audited) more unallowed syncs/races or a new kind.
-    Improvement: no longer fails, or fewer syncs or a kind gone, with no regression.
-    Unaudited cells (CPU, skipped) never count either way for sync behaviour.
-    """
-    reg, imp, new_cases, missing, new_runs = [], [], [], [], []
-    for run in matrix.runs:
-        accepted = baseline["runs"].get(run.label)
-        if accepted is None:
-            new_runs.append(run.label)
-            continue
-        for nodeid in sorted(set(matrix.nodeids) | set(accepted)):
-            cell, b = matrix.cell(run.label, nodeid), accepted.get(nodeid)
-            if b is None:
-                if cell.state != "missing":
-                    new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
-                continue
-            before = _entry_text(b)
-            if cell.state == "missing":
-                missing.append(Delta(run.label, nodeid, before, "missing"))
-                continue
-            worse, better = [], []
-            if cell.state == "failed" and b["state"] != "failed":
-                worse.append("now fails")
-            elif b["state"] == "failed" and cell.state != "failed":
-                better.append("no longer fails")
-            if cell.state not in UNJUDGED and b["state"] not in UNJUDGED:
-                n, kinds = len(cell.syncs), set(cell.kinds)
-                if n > b["syncs"]:
-                    worse.append(f"syncs {b['syncs']} -> {n}")
-                elif n < b["syncs"]:
-                    better.append(f"syncs {b['syncs']} -> {n}")
-                if kinds - set(b["kinds"]):
-                    worse.append(f"new kind {', '.join(sorted(kinds - set(b['kinds'])))}")
-                if set(b["kinds"]) - kinds:
-                    better.append(f"no more {', '.join(sorted(set(b['kinds']) - kinds))}")
-            if worse:
-                reg.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(worse)))
-            elif better:
-                imp.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(better)))
-    return Comparison(tuple(reg), tuple(imp), tuple(new_runs), tuple(new_cases), tuple(missing))
+def audited_count(matrix: Matrix) -> int:
+    """Cells whose sync behaviour was judged (clean, syncs or allowed), over all runs."""
+    return sum(c.state in AUDITED for c in matrix.cells.values())
 
 
 def unallowed(matrix: Matrix) -> list[tuple[str, str]]:

@@ -15,6 +15,12 @@ scopes)::
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
                      "device": "cuda" | "cpu", "python": "3.12.3", "platform": "...",
                      "hostname": "...", "syncguard": "0.1.0"},
+     "provenance": {"project": {"commit": "...", "dirty": false},
+                    "syncguard": {"version": "0.1.0", "code": "<sha256 of its source>"},
+                    "detectors": ["debug", "trace"], "torch": "2.11.0+cu130",
+                    "cuda_build": "13.0", "gpu": "NVIDIA H200", "driver": "580.159.04",
+                    "hypothesis": {"version": "6.170.17", "profile": "gpu",
+                                   "max_examples": 30, "derandomize": false}},
      "options": {"mode": "fail", "detectors": ["debug", "trace"], "races": false,
                  "scope": "src/ (default; ...)", "keep_events": false, "max_stacks": 5000},
      "summary": {"tests": 10, "audited": 8, "clean": 6, "with_syncs": 1, "allowed": 1,
@@ -42,7 +48,9 @@ import json
 import os
 import platform
 import socket
+import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,12 +187,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A session report before its tests: where it ran and what produced it (provenance)."""
+    from . import provenance
+
+    env = env if env is not None else environment()
     return {
         "schema_version": SESSION_SCHEMA_VERSION,
         "kind": "syncguard-session",
         "complete": False,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "environment": env if env is not None else environment(),
+        "environment": env,
+        "provenance": provenance.collect(options.get("detectors") or (), env),
         "options": dict(options),
         "summary": {},
         "frames": [],
@@ -209,12 +222,35 @@ def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
     return counts
 
 
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it: done under a lock, restored at once)."""
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def _final_mode(path: Path) -> int:
+    """The mode a plain ``open(path, "w")`` would leave: the replaced file's mode, or
+    0o666 less the umask for a new file (mkstemp's temp files are 0600)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write via a temp file in the same folder and rename over the target."""
+    """Write via a temp file in the same folder and rename over the target; the result keeps
+    the usual permissions (:func:`_final_mode`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _final_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -360,12 +396,33 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
                 raise SchemaError(f"missing {key!r}")
         if not isinstance(doc["tests"], list):
             raise SchemaError("'tests' is not a list")
+        _check_header(doc)
         _unpack_stacks(doc)
         doc["tests"] = [TestEntry.from_dict(t) for t in doc["tests"]]
         doc["schema_version"], doc["frames"] = SESSION_SCHEMA_VERSION, []
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None
     return doc
+
+
+_TEXT_FIELDS = ("torch", "torch_git", "cuda_runtime", "driver", "gpu", "device", "python",
+                "platform", "hostname", "syncguard")
+
+
+def _check_header(doc: dict[str, Any]) -> None:
+    """The fields the matrix reads besides the tests, with the types it reads them as."""
+    env = doc["environment"]
+    if not isinstance(env, dict):
+        raise SchemaError("'environment' is not an object")
+    for key in _TEXT_FIELDS:
+        if env.get(key) is not None and not isinstance(env[key], str):
+            raise SchemaError(f"environment.{key} is {env[key]!r}, not a string or null")
+    if env.get("device") not in (None, "cpu", "cuda"):
+        raise SchemaError(f"environment.device is {env['device']!r}, not 'cpu' or 'cuda'")
+    if "provenance" in doc and not isinstance(doc["provenance"], dict):
+        raise SchemaError("'provenance' is not an object")
+    if not isinstance(doc.get("complete", True), bool):
+        raise SchemaError(f"'complete' is {doc['complete']!r}, not true or false")
 
 
 def run_label(doc: dict[str, Any]) -> str:

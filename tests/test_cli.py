@@ -2,6 +2,8 @@
 (recorded shapes of H200 runs; no GPU is used here)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -120,6 +122,7 @@ def test_update_baseline_writes_atomically_and_keeps_other_runs(reports, tmp_pat
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
     # A write that fails half-way leaves the old baseline whole (temp file + rename).
     before = base.read_text()
+    capsys.readouterr()
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left")))
     assert cli.main(argv[:-2]) == 2  # no --output: the baseline is the one file written
     assert f"{base}: cannot write (No space left)" in error_line(capsys)
@@ -205,6 +208,179 @@ def test_python_m_syncguard_report(reports):
     bad = run("nothing-*.json")
     assert (bad.returncode, bad.stdout) == (2, "")
     assert bad.stderr == "syncguard: error: no reports matched 'nothing-*.json'\n"
+
+
+# -- robustness (issue 10) and provenance (issue 14) ---------------------------------------------
+
+def test_binary_or_non_utf8_report_is_one_line_exit_2(reports, tmp_path, capsys):
+    (reports / "cuda-torch-2.11.0.json").write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe\x00binary")
+    assert cli.main(["report", str(reports / "*.json")]) == 2
+    assert "cuda-torch-2.11.0.json: not a JSON text file (byte 0 is not UTF-8)" in error_line(capsys)
+
+
+@pytest.mark.parametrize("which", ["report", "baseline"])
+def test_output_naming_an_input_is_refused_and_overwrites_nothing(reports, tmp_path, capsys, which):
+    base = tmp_path / "baseline.json"
+    assert cli.main(["report", str(reports / "*.json"), "--baseline", str(base),
+                     "--update-baseline", "--format", "json", "--output", str(tmp_path / "m")]) == 0
+    capsys.readouterr()
+    target = reports / "cuda-torch-2.11.0.json" if which == "report" else base
+    before = {p: p.read_bytes() for p in [*reports.iterdir(), base]}
+    # a different spelling of the same file is the same file
+    spelled = target.parent / ".." / target.parent.name / target.name
+    argv = ["report", str(reports / "*.json"), "--baseline", str(base), "--format", "markdown",
+            "--output", str(spelled)]
+    assert cli.main(argv) == 2
+    what = "one of the input reports" if which == "report" else "the baseline"
+    assert f"is {what}; refusing to overwrite it" in error_line(capsys)
+    assert {p: p.read_bytes() for p in [*reports.iterdir(), base]} == before
+    assert cli.main(argv + ["--update-baseline"]) == 2
+    assert {p: p.read_bytes() for p in [*reports.iterdir(), base]} == before
+
+
+def test_baseline_given_a_session_report_says_so_in_one_line(reports, capsys):
+    session = reports / "cuda-torch-2.8.0.json"
+    assert cli.main(["report", str(reports / "cuda-torch-2.11.0.json"), "--baseline",
+                     str(session)]) == 2
+    line = error_line(capsys)
+    assert f"{session}: is a session report, not a baseline" in line
+
+
+def test_written_files_keep_the_usual_permissions(reports, tmp_path):
+    """New files get 0666 less the umask (mkstemp alone gives 0600); a replaced file keeps its
+    mode; the baseline written by --update-baseline included."""
+    out, base = tmp_path / "out.md", tmp_path / "baseline.json"
+    old = os.umask(0o027)
+    try:
+        argv = ["report", str(reports / "*.json"), "--format", "markdown", "--output", str(out),
+                "--baseline", str(base), "--update-baseline"]
+        assert cli.main(argv) == 0
+        assert (out.stat().st_mode & 0o777, base.stat().st_mode & 0o777) == (0o640, 0o640)
+        out.chmod(0o604)
+        base.chmod(0o644)
+        assert cli.main(argv) == 0
+        assert (out.stat().st_mode & 0o777, base.stat().st_mode & 0o777) == (0o604, 0o644)
+    finally:
+        os.umask(old)
+
+
+def test_runs_from_different_detector_code_are_refused_unless_allowed(reports, capsys):
+    doc = load(reports / "cuda-torch-2.11.0.json")
+    doc["provenance"]["syncguard"]["code"] = "another-detector-build"
+    doc["provenance"]["project"]["commit"] = "fedcba9876543210fedcba9876543210fedcba98"
+    save(reports / "cuda-torch-2.11.0.json", doc)
+    args = ["report", str(reports / "*.json"), "--format", "markdown"]
+    assert cli.main(args) == 2
+    line = error_line(capsys)
+    assert "refusing to compare runs made by different detector code" in line
+    assert "torch 2.11.0+cu130 · NVIDIA H200 (syncguard 0.1.0 · code another-de, commit fedcba9876)" in line
+    assert "--allow-mixed-commits" in line
+    assert cli.main(args + ["--allow-mixed-commits"]) == 0
+    out = capsys.readouterr().out
+    assert "| torch 2.11.0+cu130 · NVIDIA H200 † |" in out.replace(" | ", " |\n| ").replace("\n", " ")
+    assert "| project commit | 0123456789 | fedcba9876 | 0123456789 |" in out
+
+
+def test_update_baseline_shows_the_diff_it_accepts(reports, tmp_path, capsys):
+    base = tmp_path / "baseline.json"
+    args = ["report", str(reports / "*.json"), "--baseline", str(base), "--update-baseline",
+            "--format", "json"]
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert "--update-baseline accepted 3 change(s)" in err and "+ run torch 2.8.0+cu128" in err
+    doc = load(reports / "cuda-torch-2.11.0.json")
+    entry(doc, DECL).update(audit="allowed", allowed=[SYNC])
+    save(reports / "cuda-torch-2.11.0.json", doc)
+    assert cli.main(args) == 0
+    err = capsys.readouterr().err
+    assert "accepted 1 change(s)" in err
+    assert f"~ {DECL} on torch 2.11.0+cu130 · NVIDIA H200: clean -> allowed 1 (stream_sync)" in err
+
+
+# -- fuzz: whatever the input, exit 0 or 2, one line on stderr, nothing written ----------------
+
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=20)
+_REAL = sorted(FIXTURES.glob("*.json"))
+_KEYS = ("schema_version", "kind", "environment", "provenance", "tests", "complete", "summary",
+         "nodeid", "outcome", "audit", "syncs", "allowed", "races", "measurements", "api", "kind",
+         "lineno", "filename", "examples", "duration_s", "samples", "median_ms")
+
+
+def _mutate(node, path: list, value):
+    """Replace, at ``path`` (indices taken modulo the container size), the item with ``value``."""
+    if not path or not isinstance(node, (dict, list)) or not node:
+        return value
+    keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+    key = keys[path[0] % len(keys)]
+    node[key] = _mutate(node[key], path[1:], value)
+    return node
+
+
+@st.composite
+def _inputs(draw) -> bytes:
+    how = draw(st.sampled_from(["bytes", "json", "mutated", "deleted_key", "truncated"]))
+    if how == "bytes":
+        return draw(st.binary(max_size=200))
+    if how == "json":
+        return json.dumps(draw(_JSON)).encode()
+    real = json.loads(draw(st.sampled_from(_REAL)).read_text())
+    if how == "truncated":
+        text = json.dumps(real).encode()
+        return text[:draw(st.integers(0, len(text)))]
+    path = draw(st.lists(st.integers(0, 50), min_size=1, max_size=5))
+    if how == "deleted_key":
+        key = draw(st.sampled_from(_KEYS))
+        target = real
+        for step in path[:-1]:
+            if isinstance(target, dict) and target:
+                target = target[list(target)[step % len(target)]]
+            elif isinstance(target, list) and target:
+                target = target[step % len(target)]
+        if isinstance(target, dict):
+            target.pop(key, None)
+        return json.dumps(real).encode()
+    return json.dumps(_mutate(real, path, draw(_JSON)), allow_nan=True).encode()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=_inputs(), role=st.sampled_from(["report", "baseline"]),
+       fmt=st.sampled_from(["table", "markdown", "json"]),
+       gate=st.sampled_from([[], ["--fail-on", "regression"], ["--update-baseline"]]))
+def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_factory, data, role,
+                                                                     fmt, gate):
+    folder = tmp_path_factory.mktemp("fuzz")
+    good = folder / "good.json"
+    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
+    fuzzed = folder / "fuzzed.json"
+    fuzzed.write_bytes(data)
+    out = folder / "out.txt"
+    base = folder / "base.json"
+    if role == "baseline":
+        base.write_bytes(data)
+        argv = ["report", str(good), "--baseline", str(base)]
+    else:
+        argv = ["report", str(good), str(fuzzed)] + (["--baseline", str(base)] if gate else [])
+    argv += ["--format", fmt, "--output", str(out), "--allow-mixed-commits"] + gate
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(argv)
+    event(f"exit {code}")
+    assert code in (0, 1, 2) if gate == ["--fail-on", "regression"] else code in (0, 2)
+    if code == 2:
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, "bad input wrote"
+    else:
+        assert "Traceback" not in err.getvalue()
 
 
 def test_help_is_plain_text_and_names_every_default(capsys):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import copy
 import re
+import statistics
 from pathlib import Path
 
 import pytest
 
+from syncguard import baseline as bl
 from syncguard import matrix as mx
+from syncguard import timing
 from syncguard.events import RaceEvent, SchemaError, SyncEvent
 from syncguard.formats import render_markdown, to_json
 from syncguard.sessionfile import TestEntry, load_document
@@ -125,21 +128,25 @@ def test_measurements_show_percent_change_between_versions():
 
 def test_baseline_round_trip_and_no_deltas_against_itself():
     m = build(doc(V28), doc(V211), doc(V213))
-    base = mx.check_baseline(mx.make_baseline(m))
+    base = bl.check(bl.make(m))
     assert base["runs"][label(doc(V28))][NOSYNC] == {
-        "state": "failed", "syncs": 1, "kinds": ["stream_sync"], "allowed": 0, "allowed_kinds": []}
+        "state": "failed", "syncs": 1, "kinds": ["stream_sync"], "allowed": 0, "allowed_kinds": [],
+        "budget": {}}
+    assert base["runs"][label(doc(V28))][DECL]["budget"] == {
+        "cudaMemcpyAsync in merge_cpu_mask (test_merge.py)": 1,
+        "cudaStreamSynchronize in merge_cpu_mask (test_merge.py)": 1}
     assert ROWS not in base["runs"][label(doc(V28))]  # missing cells are not accepted outcomes
-    assert mx.compare(m, base) == mx.Comparison()
+    assert quiet(bl.compare(m, base))
 
 
 def test_new_sync_or_race_on_a_clean_case_is_a_regression():
     d = doc(V211)
-    base = mx.make_baseline(build(d))
+    base = bl.make(build(d))
     ev = SyncEvent(api="cudaStreamSynchronize", kind="stream_sync", op="aten::nonzero",
                    filename="cases/test_merge.py", lineno=41)
     entry(d, DECL).update(audit="syncs", syncs=[ev.to_dict()])
     entry(d, ROWS)["races"] = [RaceEvent(kind="race", what="host write to pinned buffer").to_dict()]
-    cmp = mx.compare(build(d), base)
+    cmp = bl.compare(build(d), base)
     why = {r.nodeid: r.why for r in cmp.regressions}
     assert why == {DECL: "syncs 0 -> 1; new kind stream_sync", ROWS: "syncs 0 -> 1; new kind race"}
     assert cmp.improvements == ()
@@ -147,16 +154,16 @@ def test_new_sync_or_race_on_a_clean_case_is_a_regression():
 
 def test_more_syncs_new_kind_and_failing_are_regressions_fewer_is_an_improvement():
     d28 = doc(V28)
-    base = mx.make_baseline(build(d28))
+    base = bl.make(build(d28))
     worse, better = copy.deepcopy(d28), copy.deepcopy(d28)
     extra = SyncEvent(api="cudaMemcpy", kind="blocking_copy_d2h", op="aten::item").to_dict()
     entry(worse, NOSYNC)["syncs"].append(extra)
     entry(worse, SCATTER)["outcome"] = "failed"
     entry(better, NOSYNC).update(outcome="passed", audit="clean", syncs=[])
-    cmp = mx.compare(build(worse), base)
+    cmp = bl.compare(build(worse), base)
     assert {r.nodeid: r.why for r in cmp.regressions} == {
         NOSYNC: "syncs 1 -> 2; new kind blocking_copy_d2h", SCATTER: "now fails"}
-    cmp = mx.compare(build(better), base)
+    cmp = bl.compare(build(better), base)
     assert cmp.regressions == ()
     why = "no longer fails; syncs 1 -> 0; no more stream_sync"
     assert [(d.nodeid, d.before, d.after, d.why) for d in cmp.improvements] == [
@@ -164,54 +171,207 @@ def test_more_syncs_new_kind_and_failing_are_regressions_fewer_is_an_improvement
 
 
 def test_unaudited_cells_never_count_for_sync_behaviour():
-    cpu = doc(V213)
-    base = mx.make_baseline(build(cpu))
-    base["runs"][label(cpu)][DECL] = {"state": "syncs", "syncs": 3, "kinds": ["stream_sync"],
-                                      "allowed": 0, "allowed_kinds": []}
-    base["runs"][label(cpu)][NOSYNC] = {"state": "clean", "syncs": 0, "kinds": [],
-                                        "allowed": 0, "allowed_kinds": []}
-    assert mx.compare(build(cpu), base) == mx.Comparison()
+    """A case not audited in the baseline and not audited now is not judged for syncs (a CPU
+    run); a failure still counts. The GPU run is there so that something was audited."""
+    cpu, gpu = doc(V213), doc(V211)
+    base = bl.make(build(cpu, gpu))
+    assert quiet(bl.compare(build(cpu, gpu), base))
     entry(cpu, ROWS)["outcome"] = "failed"  # a failure still counts on a CPU run
-    assert [r.nodeid for r in mx.compare(build(cpu), base).regressions] == [ROWS]
+    assert [r.nodeid for r in bl.compare(build(cpu, gpu), base).regressions] == [ROWS]
 
 
 def test_runs_and_cases_outside_the_baseline_are_new_not_regressions():
     d28, d211 = doc(V28), doc(V211)
-    base = mx.make_baseline(build(d28))
+    base = bl.make(build(d28))
     del base["runs"][label(d28)][SCATTER]
-    cmp = mx.compare(build(d28, d211, doc(V213)), base)
+    cmp = bl.compare(build(d28, d211, doc(V213)), base)
     assert cmp.regressions == () and cmp.improvements == ()
     assert cmp.new_runs == (label(d211), label(doc(V213)))
     assert [(d.nodeid, d.after) for d in cmp.new_cases] == [(SCATTER, "clean")]
-    d28["tests"] = [t for t in d28["tests"] if t["nodeid"] != DECL]
-    assert [d.nodeid for d in mx.compare(build(d28), base).missing] == [DECL]
+
+
+# -- the gate's holes, each one tripped (synthetic documents: the fixtures, changed here) -------
+
+def quiet(cmp: bl.Comparison) -> bool:
+    """Nothing to report: no regression, improvement, new or missing run or case."""
+    return not (cmp.regressions or cmp.improvements or cmp.new_runs or cmp.new_cases
+                or cmp.missing)
+
+
+def _allowed(function: str, api: str = "cudaStreamSynchronize") -> dict:
+    return SyncEvent(api=api, kind="stream_sync", filename="cases/test_merge.py", lineno=7,
+                     function=function).to_dict()
+
+
+def test_more_allowed_syncs_at_a_site_than_its_budget_is_a_regression():
+    d = doc(V28)
+    base = bl.make(build(d))
+    grown, moved, fewer = copy.deepcopy(d), copy.deepcopy(d), copy.deepcopy(d)
+    entry(grown, DECL)["allowed"].append(_allowed("merge_cpu_mask"))  # same site, one more
+    entry(moved, DECL)["allowed"][1] = _allowed("elsewhere")  # same count, another site
+    entry(fewer, DECL)["allowed"].pop()
+    site = "cudaStreamSynchronize in merge_cpu_mask (test_merge.py)"
+    cmp = bl.compare(build(grown), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (DECL, f"allowed syncs at {site}: 2 > budget 1")]
+    why = bl.compare(build(moved), base).regressions[0].why
+    assert "allowed syncs at cudaStreamSynchronize in elsewhere (test_merge.py): 1 > budget 0" in why
+    cmp = bl.compare(build(fewer), base)
+    assert cmp.regressions == () and [r.nodeid for r in cmp.improvements] == [DECL]
+
+
+@pytest.mark.parametrize("now", ["skipped", "not_audited", "off", "missing"])
+def test_an_audited_case_that_is_no_longer_audited_is_a_regression(now):
+    d = doc(V211)
+    base = bl.make(build(d))
+    if now == "missing":
+        d["tests"] = [t for t in d["tests"] if t["nodeid"] != DECL]
+    elif now == "skipped":
+        entry(d, DECL).update(outcome="skipped", audit="off", allowed=[])
+    else:
+        entry(d, DECL).update(audit=now, allowed=[], reason="no CUDA")
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (DECL, f"was audited, now {now.replace('_', ' ')}")]
+
+
+def test_a_baseline_run_left_off_the_inputs_is_a_regression():
+    base = bl.make(build(doc(V28), doc(V211)))
+    cmp = bl.compare(build(doc(V211)), base)
+    assert [(r.label, r.nodeid, r.after) for r in cmp.regressions] == [
+        (label(doc(V28)), bl.WHOLE_RUN, "absent from the inputs")]
+
+
+def test_zero_audited_cases_is_a_regression():
+    cpu = doc(V213)
+    base = bl.make(build(cpu))
+    cmp = bl.compare(build(cpu), base)
+    assert [r.why for r in cmp.regressions] == [
+        "zero audited cases: nothing was checked (a CPU run checks no sync)"]
+    for t in cpu["tests"]:  # every case skipped: the same hole
+        t.update(outcome="skipped")
+    assert len(bl.compare(build(cpu), base).regressions) == 1
+
+
+def test_a_missing_case_never_audited_is_listed_not_judged():
+    cpu, gpu = doc(V213), doc(V211)
+    base = bl.make(build(cpu, gpu))
+    cpu["tests"] = [t for t in cpu["tests"] if t["nodeid"] != DECL]
+    cmp = bl.compare(build(cpu, gpu), base)
+    assert cmp.regressions == () and [d.nodeid for d in cmp.missing] == [DECL]
+
+
+def test_update_diff_lists_what_it_accepts():
+    d = doc(V28)
+    old = bl.make(build(d))
+    entry(d, DECL)["allowed"].append(_allowed("merge_cpu_mask"))
+    new = bl.make(build(d, doc(V211)), old)
+    lines = bl.diff(old, new)
+    assert f"+ run {label(doc(V211))} ({len(new['runs'][label(doc(V211))])} cases)" in lines
+    changed = [x for x in lines if x.startswith(f"~ {DECL} on {label(d)}")]
+    assert len(changed) == 1 and "allowed 2 (pageable_copy, stream_sync) -> allowed 3" in changed[0]
+    assert "budget" in changed[0]
+    assert bl.diff(new, new) == []
+
+
+def test_old_baseline_without_budgets_and_a_session_report_are_refused_in_words():
+    base = bl.make(build(doc(V28)))
+    for e in base["runs"][label(doc(V28))].values():
+        del e["budget"]
+    with pytest.raises(SchemaError, match="no valid per-site 'budget'.*--update-baseline"):
+        bl.check(base)
+    with pytest.raises(SchemaError, match="is a session report, not a baseline"):
+        bl.check(doc(V28))
+
+
+# -- timings: gated only beyond a measured noise band -----------------------------------------
+
+def _samples(d: dict, nodeid: str, per_process: list[list[float]]) -> None:
+    entry(d, nodeid)["measurements"] = {"median_ms": statistics.median(per_process[0]),
+                                        "samples": {"median_ms": per_process}}
+
+
+def test_timing_beyond_the_measured_noise_band_is_a_regression_and_states_its_threshold():
+    d = doc(V211)
+    _samples(d, SCATTER, [[1.00, 1.01, 0.99, 1.00, 1.02], [1.02, 1.03, 1.01, 1.02, 1.02]])
+    base = bl.make(build(d))
+    assert base["runs"][label(d)][SCATTER]["timing"]["median_ms"]["processes"] == 2
+    slow, close = copy.deepcopy(d), copy.deepcopy(d)
+    _samples(slow, SCATTER, [[1.30, 1.31, 1.29, 1.30, 1.30], [1.31, 1.30, 1.32, 1.31, 1.30]])
+    _samples(close, SCATTER, [[1.02, 1.03, 1.01, 1.02, 1.02], [1.03, 1.02, 1.04, 1.03, 1.03]])
+    cmp = bl.compare(build(slow), base)
+    assert [r.nodeid for r in cmp.regressions] == [SCATTER]
+    assert "slower beyond the noise band (threshold ×" in cmp.regressions[0].why
+    assert any("threshold ×" in t and "2 processes × 5 reps" in t for t in cmp.timings)
+    cmp = bl.compare(build(close), base)
+    assert cmp.regressions == () and "within the noise band" in cmp.timings[0]
+
+
+def test_timings_without_repetitions_are_shown_but_never_gated():
+    d = doc(V211)
+    _samples(d, SCATTER, [[1.0, 1.0, 1.0, 1.0, 1.0]])  # one process: no band can be measured
+    base = bl.make(build(d))
+    assert "timing" not in base["runs"][label(d)][SCATTER]
+    _samples(d, SCATTER, [[10.0, 10.0, 10.0, 10.0, 10.0]])
+    entry(d, SCATTER)["measurements"]["median_ms"] = 10.0
+    cmp = bl.compare(build(d), base)
+    assert cmp.regressions == () and cmp.ungated_timings >= 1
+    md = render_markdown(build(d), cmp)
+    assert "shown but not gated" in md and "10.00 ms" in md
+
+
+def test_noise_band_is_the_spread_of_process_medians():
+    b = timing.band(((1.0, 1.0, 1.0, 1.0, 1.0), (1.1, 1.1, 1.1, 1.1, 1.1)))
+    assert (b.processes, b.reps, b.gateable) == (2, 5, True)
+    assert b.median == pytest.approx(1.05) and b.band == pytest.approx(0.05 / 1.05)
+    assert timing.threshold(b, b) == pytest.approx(1 + 4 * 0.05 / 1.05)
+    assert not timing.band(((1.0,) * 4, (1.0,) * 4)).gateable  # too few repetitions
+
+
+# -- provenance ---------------------------------------------------------------------------------
+
+def test_runs_from_other_detector_code_or_without_provenance_are_mixed_and_marked():
+    d28, d211, cpu = doc(V28), doc(V211), doc(V213)
+    assert mx.mixed_runs(build(d28, d211, cpu)) == []
+    d211["provenance"]["syncguard"]["code"] = "other-code"
+    del cpu["provenance"]
+    m = build(d28, d211, cpu)
+    assert {r.label for r in mx.mixed_runs(m)} == {label(d211), label(cpu)}
+    md = render_markdown(m)
+    lines = md.splitlines()
+    assert f"| case | {label(d28)} | {label(d211)} † | {label(cpu)} † |" in lines
+    assert any(x.startswith("> † made by other detector code") for x in lines)
+    assert "| project commit | 0123456789 | 0123456789 | unknown (no provenance) |" in lines
+    assert any("A CPU run checks no sync" in x for x in lines)
+    assert mx.mixed_runs(build(cpu)) == []  # one run is compared with nothing
 
 
 def test_update_keeps_runs_not_in_the_update():
-    old = mx.make_baseline(build(doc(V28), doc(V211)))
-    new = mx.make_baseline(build(doc(V213)), old)
+    old = bl.make(build(doc(V28), doc(V211)))
+    new = bl.make(build(doc(V213)), old)
     assert list(new["runs"]) == sorted([label(doc(V28)), label(doc(V211)), label(doc(V213))])
     assert new["runs"][label(doc(V28))] == old["runs"][label(doc(V28))]
 
 
 @pytest.mark.parametrize("mutate, message", [
     (lambda b: b.update(schema_version=2), "schema_version 2"),
-    (lambda b: b.update(kind="syncguard-session"), "kind is 'syncguard-session'"),
+    (lambda b: b.update(kind="syncguard-session"), "is a session report, not a baseline"),
+    (lambda b: b.update(kind="other"), "kind is 'other'"),
     (lambda b: b.pop("runs"), "'runs' is missing"),
     (lambda b: b["runs"]["torch 2.8.0+cu128 · NVIDIA H200"][DECL].update(state="weird"), "malformed entry"),
 ])
 def test_bad_baseline_is_refused(mutate, message):
-    base = mx.make_baseline(build(doc(V28)))
+    base = bl.make(build(doc(V28)))
     mutate(base)
     with pytest.raises(SchemaError, match=message):
-        mx.check_baseline(base)
+        bl.check(base)
 
 
 def test_markdown_has_table_changes_comparison_and_measurements():
     d28, d211 = doc(V28), doc(V211)
     entry(d211, ROWS)["nodeid"] = ROWS[:-1] + "|pipe]"  # parametrize ids may hold a pipe
     m = build(d28, d211)
-    md = render_markdown(m, mx.compare(m, mx.make_baseline(build(doc(V28)))))
+    md = render_markdown(m, bl.compare(m, bl.make(build(doc(V28)))))
     lines = md.splitlines()
     header = f"| case | {label(d28)} | {label(d211)} |"
     assert header in lines and lines[lines.index(header) + 1] == "|---|---|---|"
@@ -222,7 +382,7 @@ def test_markdown_has_table_changes_comparison_and_measurements():
                for line in lines)
     assert f"- {label(d211)}" in lines  # new run, under the baseline section
     assert "### Measurements" in lines
-    rows = lines[lines.index(header) + 2:lines.index("### Changes between versions") - 1]
+    rows = lines[lines.index(header) + 2:lines.index("### Provenance") - 1]
     assert len(rows) == len(m.nodeids)
     assert all(len(re.findall(r"(?<!\\)\|", row)) == 4 for row in rows)  # 3 columns, pipes escaped
 

@@ -1,0 +1,251 @@
+"""The baseline: accepted outcomes per run and case, per-site sync budgets, timings with their
+noise band; and the comparison of a matrix with it (the gate of ``--fail-on regression``).
+
+Pure functions only: :mod:`syncguard.cli` reads and writes the file.
+
+Baseline document (``schema_version`` 1), keyed by run label and nodeid so that a GPU run is
+only ever compared with the GPU baseline::
+
+    {"schema_version": 1, "kind": "syncguard-baseline",
+     "runs": {"torch 2.11.0+cu130 · NVIDIA H200": {
+         "cases/test_merge.py::test_x[gpu_mask]": {
+             "state": "allowed", "syncs": 0, "kinds": [], "allowed": 1,
+             "allowed_kinds": ["blocking_copy_d2h"],
+             "budget": {"cudaStreamSynchronize in merge_index_put_gpu_mask (merge.py)": 1},
+             "timing": {"median_ms": {"median": 1.2, "band": 0.02, "processes": 2, "reps": 10}}}}}}
+
+A gate without holes: under ``--fail-on regression`` each of these is a regression --
+
+* a case now fails, has more unallowed syncs or races, or a kind it never had;
+* more allowed syncs at a site than the site's budget (a site the baseline never saw has 0);
+* a case that was audited in the baseline and is now skipped, not audited, off or missing;
+* a run of the baseline that is not among the inputs;
+* no case audited at all, in any input;
+* a gated timing slower than its measured noise band allows (:mod:`syncguard.timing`).
+
+Updating keeps the entries of runs that were not part of the update, so a partial set of reports
+never drops a run; :func:`diff` lists what an update accepts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import timing
+from .events import SCHEMA_VERSION, SchemaError, check_schema
+from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, audited_count, summary
+
+BASELINE_KIND = "syncguard-baseline"
+WHOLE_RUN = "(whole run)"
+ALL_RUNS = "(all runs)"
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One case of one run compared with the baseline."""
+
+    label: str
+    nodeid: str
+    before: str
+    after: str
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    regressions: tuple[Delta, ...] = ()
+    improvements: tuple[Delta, ...] = ()
+    new_runs: tuple[str, ...] = ()
+    new_cases: tuple[Delta, ...] = ()
+    missing: tuple[Delta, ...] = ()  # cases not audited in the baseline either: not judged
+    timings: tuple[str, ...] = ()  # one sentence per gated timing, threshold included
+    ungated_timings: int = 0  # timings shown but not gated (too few processes/repetitions)
+
+
+def entry(cell: Cell) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": cell.state, "syncs": len(cell.syncs), "kinds": list(cell.kinds),
+                           "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds),
+                           "budget": dict(sorted(cell.sites.items()))}
+    bands = {k: timing.band(v) for k, v in cell.samples.items()}
+    gated = {k: b.to_dict() for k, b in sorted(bands.items()) if b.gateable}
+    if gated:
+        out["timing"] = gated
+    return out
+
+
+def make(matrix: Matrix, old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept."""
+    runs = dict((old or {}).get("runs", {}))
+    for run in matrix.runs:
+        runs[run.label] = {n: entry(matrix.cell(run.label, n)) for n in matrix.nodeids
+                           if matrix.cell(run.label, n).state != "missing"}
+    return {"schema_version": SCHEMA_VERSION, "kind": BASELINE_KIND,
+            "runs": {label: runs[label] for label in sorted(runs)}}
+
+
+def _count_ok(n: Any) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 0
+
+
+def _names_ok(names: Any) -> bool:
+    return isinstance(names, list) and all(isinstance(x, str) for x in names)
+
+
+def _budget_ok(budget: Any) -> bool:
+    return isinstance(budget, dict) and all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in budget.items())
+
+
+def check(data: Any) -> dict[str, Any]:
+    """Validate a loaded baseline; raises SchemaError with the bad value named."""
+    if isinstance(data, dict) and data.get("kind") == "syncguard-session":
+        raise SchemaError("is a session report, not a baseline: pass it as a REPORT, or write a "
+                          "baseline from it with --update-baseline")
+    check_schema(data, "baseline")
+    if data.get("kind") != BASELINE_KIND:
+        raise SchemaError(f"kind is {data.get('kind')!r}, not {BASELINE_KIND!r}")
+    if not isinstance(data.get("runs"), dict):
+        raise SchemaError("'runs' is missing or not an object")
+    for label, cases in data["runs"].items():
+        if not isinstance(cases, dict):
+            raise SchemaError(f"run {label!r} is not an object")
+        for nodeid, e in cases.items():
+            if (not isinstance(e, dict) or e.get("state") not in STATES
+                    or not _count_ok(e.get("syncs")) or not _count_ok(e.get("allowed", 0))
+                    or not _names_ok(e.get("kinds")) or not _names_ok(e.get("allowed_kinds", []))):
+                raise SchemaError(f"malformed entry for {nodeid!r} in run {label!r}")
+            if not _budget_ok(e.get("budget")):
+                raise SchemaError(f"entry for {nodeid!r} in run {label!r} has no valid per-site "
+                                  "'budget' (a baseline older than budgets: rewrite it with "
+                                  "--update-baseline)")
+            if "timing" in e and not isinstance(e["timing"], dict):
+                raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'timing' is not an object")
+    return data
+
+
+def _text(e: dict[str, Any]) -> str:
+    if e["state"] in UNJUDGED:
+        return e["state"].replace("_", " ")
+    return summary(e["state"], e["syncs"], e["kinds"], e.get("allowed", 0), e.get("allowed_kinds", []))
+
+
+def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(worse, better) reasons for one case of one run."""
+    worse, better = [], []
+    if cell.state == "failed" and b["state"] != "failed":
+        worse.append("now fails")
+    elif b["state"] == "failed" and cell.state != "failed":
+        better.append("no longer fails")
+    if b["state"] in AUDITED and cell.state in UNJUDGED:
+        worse.append(f"was audited, now {cell.state.replace('_', ' ')}")
+    if cell.state in UNJUDGED or b["state"] in UNJUDGED:
+        return worse, better
+    n, kinds = len(cell.syncs), set(cell.kinds)
+    if n > b["syncs"]:
+        worse.append(f"syncs {b['syncs']} -> {n}")
+    elif n < b["syncs"]:
+        better.append(f"syncs {b['syncs']} -> {n}")
+    if kinds - set(b["kinds"]):
+        worse.append(f"new kind {', '.join(sorted(kinds - set(b['kinds'])))}")
+    if set(b["kinds"]) - kinds:
+        better.append(f"no more {', '.join(sorted(set(b['kinds']) - kinds))}")
+    budget = b["budget"]
+    for where in sorted(set(cell.sites) | set(budget)):
+        now, allowed = cell.sites.get(where, 0), budget.get(where, 0)
+        if now > allowed:
+            worse.append(f"allowed syncs at {where}: {now} > budget {allowed}")
+        elif now < allowed:
+            better.append(f"allowed syncs at {where}: {now} < budget {allowed}")
+    return worse, better
+
+
+def _judge_timings(label: str, nodeid: str, cell: Cell, b: dict[str, Any],
+                   lines: list[str]) -> tuple[list[str], int]:
+    """Regressions among the gated timings; sentences go to ``lines``; returns the ungated count."""
+    worse, ungated = [], 0
+    accepted = b.get("timing") or {}
+    for key, per_process in sorted(cell.samples.items()):
+        now, base = timing.band(per_process), timing.Band.from_dict(accepted.get(key))
+        if base is None or not now.gateable:
+            ungated += 1
+            continue
+        regressed, sentence = timing.judge(key, base, now)
+        lines.append(f"{nodeid} on {label}: {sentence}")
+        if regressed:
+            worse.append(f"{key} slower beyond the noise band (threshold ×{timing.threshold(base, now):.3f})")
+    ungated += sum(1 for k in cell.measurements if k.endswith("_ms") and k not in cell.samples)
+    return worse, ungated
+
+
+def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
+    """Each run's cells against the baseline entries of the same run label (see the module
+    docstring for what counts as a regression)."""
+    reg: list[Delta] = []
+    imp: list[Delta] = []
+    new_cases: list[Delta] = []
+    missing: list[Delta] = []
+    new_runs: list[str] = []
+    timing_lines: list[str] = []
+    ungated = 0
+    given = {r.label for r in matrix.runs}
+    for label in sorted(set(baseline["runs"]) - given):
+        reg.append(Delta(label, WHOLE_RUN, "in the baseline", "absent from the inputs",
+                         "a baseline run was not given"))
+    if audited_count(matrix) == 0:
+        reg.append(Delta(ALL_RUNS, "(all cases)", "", "no case audited",
+                         "zero audited cases: nothing was checked (a CPU run checks no sync)"))
+    for run in matrix.runs:
+        accepted = baseline["runs"].get(run.label)
+        if accepted is None:
+            new_runs.append(run.label)
+            continue
+        for nodeid in sorted(set(matrix.nodeids) | set(accepted)):
+            cell, b = matrix.cell(run.label, nodeid), accepted.get(nodeid)
+            if b is None:
+                if cell.state != "missing":
+                    new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
+                continue
+            worse, better = _judge_case(cell, b)
+            slower, n = _judge_timings(run.label, nodeid, cell, b, timing_lines)
+            worse += slower
+            ungated += n
+            before = _text(b)
+            if worse:
+                reg.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(worse)))
+            elif cell.state == "missing":
+                missing.append(Delta(run.label, nodeid, before, "missing"))
+            elif better:
+                imp.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(better)))
+    return Comparison(tuple(reg), tuple(imp), tuple(new_runs), tuple(new_cases), tuple(missing),
+                      tuple(timing_lines), ungated)
+
+
+def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
+    """What replacing ``old`` by ``new`` accepts, one line per changed entry."""
+    old_runs = (old or {}).get("runs", {})
+    lines = []
+    for label in sorted(set(old_runs) | set(new["runs"])):
+        before, after = old_runs.get(label), new["runs"].get(label)
+        if before is None:
+            lines.append(f"+ run {label} ({len(after)} cases)")
+            continue
+        if after is None:  # make() keeps old runs, so only a hand-made new baseline gets here
+            lines.append(f"- run {label}")
+            continue
+        for nodeid in sorted(set(before) | set(after)):
+            b, a = before.get(nodeid), after.get(nodeid)
+            if b == a:
+                continue
+            if b is None:
+                lines.append(f"+ {nodeid} on {label}: {_text(a)}")
+            elif a is None:
+                lines.append(f"- {nodeid} on {label}: was {_text(b)}")
+            else:
+                what = [f"{_text(b)} -> {_text(a)}"] if _text(b) != _text(a) else []
+                if b.get("budget") != a.get("budget"):
+                    what.append(f"budget {b.get('budget')} -> {a.get('budget')}")
+                if b.get("timing") != a.get("timing"):
+                    what.append("timing")
+                lines.append(f"~ {nodeid} on {label}: {'; '.join(what) or 'details'}")
+    return lines

@@ -1,0 +1,108 @@
+"""Timings in the gate: a regression only beyond a noise band that was measured.
+
+A test records repeated timings under ``measurements["samples"]``: for each key (``median_ms``...)
+a list with one list of repetitions per process, e.g. ``{"median_ms": [[1.01, 0.99, ...],
+[1.03, ...]]}``. Only samples from at least :data:`MIN_PROCESSES` processes with at least
+:data:`MIN_REPS` repetitions each can be gated: a single process cannot show how much a fresh
+process (allocator state, clocks, placement) moves the number. Anything less is shown in the
+report and never gated.
+
+The noise band of a set of samples is the largest relative distance of one process's median from
+the median of the process medians. A timing regresses when its median exceeds the baseline's by
+more than the threshold ``1 + 2 * (band_baseline + band_now)``, which the output states with
+every comparison (the same idea as asv's ``--factor`` and pytest-benchmark's compare thresholds,
+but measured instead of chosen).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["MIN_PROCESSES", "MIN_REPS", "SAMPLES_KEY", "Band", "samples", "band", "threshold", "judge"]
+
+MIN_PROCESSES = 2
+MIN_REPS = 5
+SAMPLES_KEY = "samples"
+
+
+@dataclass(frozen=True)
+class Band:
+    """The median of the process medians, the measured noise band, and how it was measured."""
+
+    median: float
+    band: float  # relative, e.g. 0.03 = ±3 %
+    processes: int
+    reps: int  # the fewest repetitions of any process
+
+    @property
+    def gateable(self) -> bool:
+        return self.processes >= MIN_PROCESSES and self.reps >= MIN_REPS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median": self.median, "band": self.band, "processes": self.processes,
+                "reps": self.reps}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Band | None":
+        try:
+            b = cls(float(data["median"]), float(data["band"]), int(data["processes"]),
+                    int(data["reps"]))
+        except (TypeError, KeyError, ValueError):
+            return None
+        return b if _finite(b.median) and _finite(b.band) and b.median > 0 else None
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, float) and math.isfinite(x)
+
+
+def samples(measurements: Mapping[str, Any]) -> dict[str, tuple[tuple[float, ...], ...]]:
+    """The well-formed timing samples of a test's measurements (malformed ones are dropped:
+    they are shown as recorded, and never gated)."""
+    raw = measurements.get(SAMPLES_KEY) if isinstance(measurements, Mapping) else None
+    out: dict[str, tuple[tuple[float, ...], ...]] = {}
+    if not isinstance(raw, Mapping):
+        return out
+    for key, per_process in raw.items():
+        if not isinstance(key, str) or not isinstance(per_process, list):
+            continue
+        procs = []
+        for reps in per_process:
+            if not isinstance(reps, list) or not reps:
+                break
+            values = [float(v) for v in reps if isinstance(v, (int, float))
+                      and not isinstance(v, bool)]
+            if len(values) != len(reps) or not all(map(math.isfinite, values)) \
+                    or min(values) <= 0:
+                break
+            procs.append(tuple(values))
+        else:
+            if procs:
+                out[key] = tuple(procs)
+    return out
+
+
+def band(per_process: tuple[tuple[float, ...], ...]) -> Band:
+    medians = [statistics.median(reps) for reps in per_process]
+    center = statistics.median(medians)
+    spread = max(abs(m - center) / center for m in medians)
+    return Band(center, spread, len(per_process), min(len(r) for r in per_process))
+
+
+def threshold(base: Band, now: Band) -> float:
+    """The factor beyond which ``now`` is slower than ``base``."""
+    return 1.0 + 2.0 * (base.band + now.band)
+
+
+def judge(key: str, base: Band, now: Band) -> tuple[bool, str]:
+    """(regressed, the sentence the output prints with the numbers and the threshold)."""
+    factor = threshold(base, now)
+    ratio = now.median / base.median
+    verdict = "slower beyond the noise band" if ratio > factor else "within the noise band"
+    return ratio > factor, (
+        f"{key} {now.median:.4g} vs baseline {base.median:.4g} (×{ratio:.3f}); threshold "
+        f"×{factor:.3f} from measured noise ±{base.band * 100:.1f}% (baseline, "
+        f"{base.processes} processes × {base.reps} reps) and ±{now.band * 100:.1f}% (now, "
+        f"{now.processes} × {now.reps}): {verdict}")

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The mutation experiment of issue 14: a merge variant made to drop a dtype, or to sync once
+# more, must fail the suite. Each mutation is applied to a throwaway copy of the tree (never to
+# this one), the relevant cases run, and the outcome is logged; the experiment passes only when
+# every mutant is caught (pytest exit 1) and the unmutated tree passes.
+#
+#   tools/mutation_experiment.sh [LOG]      # default LOG: reports/<cpu|gpu>/mutation-<torch>.log
+#
+# On a CPU machine the sync mutants are not caught (a CPU run checks no sync): there the log says
+# so and only the dtype mutant counts. Run it on the GPU for the sync mutants.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python}
+TORCH=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])')
+CUDA=$("$PY" -c 'import torch; print(int(torch.cuda.is_available()))')
+KIND=$([ "$CUDA" = 1 ] && echo gpu || echo cpu)
+LOG=${1:-$ROOT/reports/$KIND/mutation-$TORCH.log}
+mkdir -p "$(dirname "$LOG")"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+# name | file | python snippet: one replacement (old -> new) applied with str.replace, count 1
+MUTANTS=(
+  "drop-bf16|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if inputs_embeds.dtype == torch.bfloat16:  # MUTANT\n        raise NotImplementedError('\"index_copy\" not implemented for \\\\'BFloat16\\\\'')\n"
+  "clean-variant-syncs|cases/merge.py|    inputs_embeds.index_copy_(0, rows, mm)\n|    inputs_embeds.index_copy_(0, rows, mm)\n    if on_cuda:  # MUTANT: one host wait more\n        torch.cuda.current_stream().synchronize()\n"
+  "syncing-variant-syncs-more|cases/merge.py|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n    if rows.is_cuda:  # MUTANT: a second wait\n        torch.cuda.current_stream().synchronize()\n"
+)
+SELECT=(
+  "test_merge_properties or test_declared_dtype_support or test_declared_sync"
+)
+
+# The plugin comes from an installed syncguard's entry point, or is named with -p: never both.
+PLUGIN=$("$PY" -c 'import importlib.metadata as md
+try:
+    md.distribution("syncguard")
+except md.PackageNotFoundError:
+    print("-p syncguard.plugin")')
+
+run_case() {  # tree
+  # shellcheck disable=SC2086
+  (cd "$1" && PYTHONPATH="$1" "$PY" -m pytest -q -p no:cacheprovider $PLUGIN \
+      cases/test_merge.py -k "${SELECT[0]}" 2>&1 | tail -25)
+}
+
+{
+  echo "# mutation experiment: torch $("$PY" -c 'import torch; print(torch.__version__)'), cuda=$CUDA, $(date -u +%FT%TZ)"
+  echo "# tree: $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet || echo ' (dirty)')"
+  echo "# selection: cases/test_merge.py -k '${SELECT[0]}'"
+  caught=0; missed=0
+  cp -r "$ROOT" "$WORK/base"; rm -rf "$WORK/base/.hypothesis"
+  echo; echo "## unmutated"
+  out=$(run_case "$WORK/base")
+  echo "$out" | grep -E "^(FAILED|ERROR)|passed|failed" | head -12
+  if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
+    echo "=> the unmutated tree FAILS: the experiment below proves nothing"
+  fi
+  for m in "${MUTANTS[@]}"; do
+    IFS='|' read -r name file old new <<<"$m"
+    tree="$WORK/$name"; cp -r "$WORK/base" "$tree"
+    "$PY" - "$tree/$file" "$old" "$new" <<'PYEOF'
+import sys
+path, old, new = sys.argv[1], sys.argv[2].encode().decode("unicode_escape"), sys.argv[3].encode().decode("unicode_escape")
+text = open(path).read()
+assert text.count(old) >= 1, f"mutation anchor not found in {path}: {old!r}"
+open(path, "w").write(text.replace(old, new, 1))
+PYEOF
+    echo; echo "## mutant: $name"
+    out=$(run_case "$tree")
+    echo "$out" | grep -E "^(FAILED|ERROR)|passed|failed" | head -12
+    if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
+      echo "=> caught"; caught=$((caught+1))
+    else
+      echo "=> NOT caught$([ "$CUDA" = 1 ] || echo ' (expected for sync mutants on a CPU run: it checks no sync)')"
+      missed=$((missed+1))
+    fi
+  done
+  echo; echo "# caught $caught, not caught $missed, of ${#MUTANTS[@]} mutants"
+} | tee "$LOG"

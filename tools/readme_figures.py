@@ -1,0 +1,127 @@
+"""The README's tables of measured figures, generated from the committed evidence.
+
+    python tools/readme_figures.py           # exit 1 and name the blocks that differ
+    python tools/readme_figures.py --write   # rewrite them (what `nox -s docs` runs)
+
+Each generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` in
+README.md; everything between the markers is replaced, nothing outside them is touched. Numbers
+are printed at the precision stated here, never rounded by hand: a README that disagrees with the
+evidence fails tests/test_readme_figures.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MERGE_BENCH = ROOT / "reports" / "gpu" / "2.11.0" / "merge-bench-2.11.0.json"
+OVERHEAD = {v: ROOT / "reports" / "gpu" / v / f"overhead-{v}.json" for v in ("2.8.0", "2.11.0")}
+MERGE_SIZE = (131072, 8192)
+
+_LABELS = {
+    "index_put_cpu_mask": "`index_put` with a CPU mask",
+    "masked_scatter": "`masked_scatter_` (CUDA mask)",
+    "index_put_gpu_mask": "`index_put` with a CUDA mask",
+    "index_copy_rows": "`index_copy_` with host-computed rows",
+    "triton_row_scatter": "fused Triton row scatter",
+}
+_DETECTOR_COLUMNS = (("audit(debug)", "`debug`"), ("audit(trace)", "`trace`"),
+                     ("audit(debug+trace) (default)", "`debug`+`trace` (default)"),
+                     ("audit(debug+trace+profile)", "+ `profile`"),
+                     ("bare, CUDA trace activated", "bare, after trace was activated"))
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _syncs(variant: str) -> str:
+    """The declared waits per call (cases/declared.py), by version range."""
+    sys.path.insert(0, str(ROOT))
+    from cases.declared import DECLARED_WAITS
+
+    parts = []
+    table = DECLARED_WAITS[variant]
+    for i, (since, waits) in enumerate(table):
+        what = ", ".join(f"{n}× {api}" for api, n in sorted(waits.counts.items())) or "none"
+        if len(table) == 1:
+            return what
+        until = table[i + 1][0] if i + 1 < len(table) else None
+        if since == (0, 0):
+            parts.append(f"before {until[0]}.{until[1]}: {what}")
+        else:
+            parts.append(f"from {since[0]}.{since[1]}: {what}")
+    return "; ".join(parts)
+
+
+def merge_table() -> str:
+    data = json.loads(MERGE_BENCH.read_text())
+    tokens, hidden = MERGE_SIZE
+    rows = {r["variant"]: r for r in data["results"]
+            if (r["tokens"], r["hidden"]) == (tokens, hidden)}
+    env = data["environment"]
+    out = [f"Measured on the {env['gpu']} with torch {env['torch']} ({tokens}×{hidden} "
+           f"{data['options']['dtype']}, half multimodal, median of "
+           f"{'/'.join(str(n) for n in sorted({r['reps'] for r in rows.values()}))} "
+           f"CUDA-event timings; `{MERGE_BENCH.relative_to(ROOT).as_posix()}`):", "",
+           "| variant | × a plain copy of the same bytes | median | peak extra memory | "
+           "host waits per call (declared, `cases/declared.py`) |",
+           "|---|---|---|---|---|"]
+    for variant, label in _LABELS.items():
+        r = rows[variant]
+        out.append(f"| {label} | {r['ratio_to_copy']:.2f}× | {r['median_ms']:.3f} ms | "
+                   f"{_bytes(r['peak_extra_bytes'])} | {_syncs(variant)} |")
+    return "\n".join(out)
+
+
+def detector_cost_table() -> str:
+    out = ["Cost of each detector on 2,000 tiny kernels (median of the rounds, ratio to the same "
+           "loop without syncguard; `reports/gpu/<torch>/overhead-<torch>.json`):", "",
+           "| torch | " + " | ".join(title for _, title in _DETECTOR_COLUMNS) + " |",
+           "|---" * (len(_DETECTOR_COLUMNS) + 1) + "|"]
+    for version, path in OVERHEAD.items():
+        data = json.loads(path.read_text())
+        ratios = data["results"]["2000 tiny kernels"]
+        out.append(f"| {data['torch']} ({data['rounds']} rounds) | "
+                   + " | ".join(f"{ratios[key]['ratio']:.2f}×" for key, _ in _DETECTOR_COLUMNS)
+                   + " |")
+    return "\n".join(out)
+
+
+BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table}
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block replaced by what the evidence says."""
+    for name, make in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- figures:{name} -->\n)(?:.*?\n)?(<!-- /figures:{name} -->)",
+                             re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md has no <!-- figures:{name} --> block")
+        text = pattern.sub(lambda m: m[1] + make() + "\n" + m[2], text)
+    return text
+
+
+def main(argv: list[str]) -> int:
+    text = README.read_text(encoding="utf-8")
+    new = render(text)
+    if "--write" in argv:
+        if new != text:
+            README.write_text(new, encoding="utf-8")
+        print("README.md figures: up to date with the evidence")
+        return 0
+    if new != text:
+        print("README.md figures differ from the committed evidence: run `nox -s docs`",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
