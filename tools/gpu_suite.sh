@@ -24,13 +24,15 @@ step() { local name=$1; shift; local t0=$SECONDS; "$@" > "$out/$name.log" 2>&1; 
 echo "commit ${SYNCGUARD_GIT_COMMIT:-unknown} dirty ${SYNCGUARD_GIT_DIRTY:-0}" > "$out/gpu.txt"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$out/gpu.txt" 2>&1
 $py -c "import torch, sys; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), sys.version)" >> "$out/gpu.txt" 2>&1
-P="-p syncguard.plugin -p no:cacheprovider -q -rfEx"
+# pytester's subprocess runs (tests/gpu/test_plugin_gpu.py...) find the plugin by its entry point
+$py -m pip install -q --no-build-isolation --no-deps -e . > "$out/install.log" 2>&1 || cat "$out/install.log"
+P="-p no:cacheprovider -q -rfEx"
 if [ "$what" != poison ]; then
   step "cases-$ver" $py -m pytest $P --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
   step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 7
-  step "corpus-$ver" $py tools/corpus_report.py --out "$out" --with-merge-bench
+  step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
 fi
 C="-c samples/gpu_project/pytest.ini"
 if [ "$what" = full ]; then
