@@ -65,22 +65,60 @@ class Site:
 def user_frame(frame=None):
     """The innermost frame of the user's code at or above ``frame`` (the caller's by default)."""
     f = frame if frame is not None else sys._getframe(1)
-    while f is not None and is_internal(f.f_code.co_filename):
+    while f is not None and _code_class(f.f_code):
         f = f.f_back
     return f
 
 
 def user_site(frame=None, depth: int = 8) -> Site:
     """The caller's site, skipping torch and syncguard frames, with a short stack above it."""
-    f = user_frame(frame if frame is not None else sys._getframe(1))
+    return _site_at(user_frame(frame if frame is not None else sys._getframe(1)), depth)
+
+
+# Per-code-object caches for the hot path (the cuda detector attributes every copy inside a CUPTI
+# callback). Neither ever needs invalidating: a code object's co_filename, co_name and
+# co_firstlineno are immutable, "internal" depends only on co_filename (and on torch's directory,
+# so nothing is cached before torch is imported), and a Site is a frozen value built only from
+# the (code, line) pairs that key it. They hold code objects alive, so they are bounded (cleared
+# when full; generated code, e.g. torch.compile's, may create many).
+_CACHE_MAX = 4096
+_code_cache: dict = {}  # code -> 0 user, 1 internal, 2 internal and a graph-capture set-up frame
+_site_cache: dict = {}  # ((code, lineno), ...) of the user's frame and up to depth-1 callers -> Site
+
+
+def _code_class(code) -> int:
+    hit = _code_cache.get(code)
+    if hit is not None:
+        return hit
+    internal = is_internal(code.co_filename)
+    cls = (2 if code in _graph_setup_codes() else 1) if internal else 0
+    if _torch_dir is not None or _torch_prefix() is not None:  # see is_internal: torch fixes it
+        if len(_code_cache) >= _CACHE_MAX:
+            _code_cache.clear()
+        _code_cache[code] = cls
+    return cls
+
+
+def _site_at(f, depth: int) -> Site:
+    """The Site of user frame ``f`` with up to ``depth`` frames of stack; cached by the
+    (code, lineno) pairs, so a line called again costs a tuple and a dict lookup."""
     if f is None:
         return Site()
-    first = f
-    stack = []
-    while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
-        f = f.f_back
-    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack))
+    key = []
+    g = f
+    while g is not None and len(key) < depth:
+        key.append((g.f_code, g.f_lineno))
+        g = g.f_back
+    key = tuple(key)
+    site = _site_cache.get(key)
+    if site is None:
+        code, line = key[0]
+        site = Site(code.co_filename, line, code.co_name,
+                    tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, n in key))
+        if len(_site_cache) >= _CACHE_MAX:
+            _site_cache.clear()
+        _site_cache[key] = site
+    return site
 
 
 _PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -174,19 +212,19 @@ def current_phase(frame=None) -> str:
 def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | None, str]:
     """:func:`user_site` and :func:`current_phase` in one walk up the stack (the cuda detector
     calls this inside CUPTI callbacks, where every microsecond is paid per copy)."""
-    codes = _graph_setup_codes()
     phase = COMPILE if compiling() else RUN
     f = frame
-    while f is not None and is_internal(f.f_code.co_filename):
-        if phase == RUN and f.f_code in codes:
+    cache = _code_cache
+    while f is not None:
+        code = f.f_code
+        cls = cache.get(code)
+        if cls is None:
+            cls = _code_class(code)
+        if not cls:
+            break
+        if cls == 2 and phase == RUN:
             phase = GRAPH_CAPTURE
         f = f.f_back
     if not site:
         return None, phase
-    if f is None:
-        return Site(), phase
-    first, stack = f, []
-    while f is not None and len(stack) < depth:
-        stack.append(f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}")
-        f = f.f_back
-    return Site(first.f_code.co_filename, first.f_lineno, first.f_code.co_name, tuple(stack)), phase
+    return _site_at(f, depth), phase

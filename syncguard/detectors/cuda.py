@@ -257,41 +257,45 @@ class CuptiHub:
 
     # -- callbacks (run on the calling thread; must never raise or call CUDA) ------------------
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
+        # Hot path: one ENTER and one EXIT per enabled API call of any thread while subscribed.
+        # Per-thread state is one list [generation, depth, call] (one threading.local lookup).
         try:
             entry = self.table.get((domain, cbid))
             if entry is None:
                 return
             data = C.CallbackData.from_address(cbdata)
-            tls = self._tls
-            if getattr(tls, "generation", -1) != self.generation:
-                tls.generation, tls.depth, tls.call = self.generation, 0, None
+            st = getattr(self._tls, "st", None)
+            if st is None or st[0] != self.generation:
+                st = self._tls.st = [self.generation, 0, None]
             if data.callbackSite == C.API_ENTER:
-                depth = tls.depth
-                tls.depth = depth + 1
-                if depth:
-                    if tls.call is not None:
-                        tls.call.detail.correlation.append(data.correlationId)
+                depth = st[1]
+                st[1] = depth + 1
+                if depth:  # a driver call under the runtime call: the same wait, same event
+                    if st[2] is not None:
+                        st[2].detail.correlation.append(data.correlationId)
                     return
-                tls.call = None
+                st[2] = None
                 owner = None
                 if not routing.regions.get():
                     owner = self.backward.owner()  # an autograd engine thread working for a region?
                     if owner is None:
                         return
-                tls.call = self._enter(entry, data, owner)
+                st[2] = self._enter(entry, data, owner)
             else:
-                tls.depth = max(0, tls.depth - 1)
-                if tls.depth:
+                depth = st[1] - 1 if st[1] > 0 else 0
+                st[1] = depth
+                if depth:
                     return
-                call, tls.call = tls.call, None
+                call = st[2]
                 if call is not None:
+                    st[2] = None
                     self._exit(call)
         except BaseException:
             self.errors += 1
 
     def _enter(self, entry, data, owner=None) -> _Call | None:
         api, role, kind, is_async, spec = entry
-        detail = CopyDetail(role, direction=kind if role == COPY else None, is_async=is_async,
+        detail = CopyDetail(role, kind if role == COPY else None, is_async,
                             correlation=[data.correlationId])
         if role == FREE:
             ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
@@ -300,9 +304,8 @@ class CuptiHub:
         elif spec is not None:
             _read_params(spec, data.functionParams, detail)
         call = _Call()
-        frame = sys._getframe(1)
         call.api, call.role, call.kind, call.detail = api, role, kind, detail
-        call.site, call.phase = site_and_phase(frame)
+        call.site, call.phase = site_and_phase(sys._getframe(1))
         call.owner = owner
         if owner is None:
             call.thread = threading.current_thread().name
@@ -314,11 +317,12 @@ class CuptiHub:
         return call
 
     def _exit(self, call: _Call) -> None:
-        blocked = round((time.perf_counter_ns() - call.t0) / 1000, 1)
+        t0 = call.t0
+        blocked = round((time.perf_counter_ns() - t0) / 1000, 1)
         owner = call.owner
-        obs = routing.Observation(
-            "cuda", call.site, call.thread, api=call.api,
-            kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
+        obs = routing.Observation.quick(
+            source="cuda", site=call.site, thread=call.thread, api=call.api,
+            kind=call.kind if call.role != COPY else None, t_ns=t0, blocked_us=blocked,
             phase=call.phase, detail=call.detail,
             allows=routing.allows.get() if owner is None else owner[1])
         if owner is None:
