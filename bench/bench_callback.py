@@ -12,8 +12,10 @@ of several repeats). Two call paths:
   before the CUDA call). What CUPTI itself costs can only be measured on the GPU
   (bench/bench_overhead.py's split configurations).
 
-The user's frame sits under ``frames`` extra internal-looking frames (a torch-like call chain),
-so the stack walk and the per-frame "is this internal" test are exercised as in a real call.
+The callbacks are fired from under N frames whose file lies in torch's directory (1: a torch op
+called straight from the user's line; 12: a deep wrapper chain), so the walk to the user's frame
+and the per-frame "is this internal" test run as in a real call. Each figure has the same firing
+loop with a Python no-op callback subtracted.
 """
 from __future__ import annotations
 
@@ -66,7 +68,20 @@ def _data(site, corr, params):
                           functionParams=ctypes.addressof(params))
 
 
-def scenarios(hub):
+def _internal_fire(depth: int):
+    """fire(cb, calls): calls ``cb(*args)`` for each args tuple from under ``depth`` frames whose
+    file name is inside torch's directory (internal to attribution), as torch's Python wrappers
+    would sit between the user's line and the CUDA call."""
+    tdir = os.path.dirname(os.path.abspath(torch.__file__))
+    src = ("def fire(cb, calls, n=DEPTH):\n"
+           "    if n > 1:\n        return fire(cb, calls, n - 1)\n"
+           "    for a in calls:\n        cb(*a)\n").replace("DEPTH", str(depth))
+    ns: dict = {}
+    exec(compile(src, os.path.join(tdir, f"fake_internal_{depth}.py"), "exec"), ns)
+    return ns["fire"]
+
+
+def scenarios(hub, depth):
     """name -> (callable firing the callbacks once, number of callbacks it fires)."""
     copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
     sync = C.StreamParams(stream=0)
@@ -76,57 +91,56 @@ def scenarios(hub):
     de, dx = _data(C.API_ENTER, 2, sync), _data(C.API_EXIT, 2, sync)
     keep += [ce, cx, se, sx, de, dx]
     a = {k: ctypes.addressof(v) for k, v in dict(ce=ce, cx=cx, se=se, sx=sx, de=de, dx=dx).items()}
+    fire = _internal_fire(depth)
+    calls = {"copy ENTER+EXIT": [(None, 2, 41, a["ce"]), (None, 2, 41, a["cx"])],
+             "sync ENTER+EXIT, driver call nested": [
+                 (None, 2, 131, a["se"]), (None, 1, 126, a["de"]), (None, 1, 126, a["dx"]),
+                 (None, 2, 131, a["sx"])],
+             "id not enabled (table miss)": [(None, 2, 999, a["ce"])]}
     out = {}
     for path, cb in (("py", hub._callback), ("thunk", hub._cb)):
-        out[f"{path}: copy ENTER+EXIT"] = (lambda cb=cb: (cb(None, 2, 41, a["ce"]),
-                                                          cb(None, 2, 41, a["cx"])), 2)
-        out[f"{path}: sync ENTER+EXIT, driver call nested"] = (lambda cb=cb: (
-            cb(None, 2, 131, a["se"]), cb(None, 1, 126, a["de"]), cb(None, 1, 126, a["dx"]),
-            cb(None, 2, 131, a["sx"])), 4)
-        out[f"{path}: id not enabled (table miss)"] = (lambda cb=cb: cb(None, 2, 999, a["ce"]), 1)
+        for name, c in calls.items():
+            out[f"{path}: {name}"] = (lambda cb=cb, c=c: fire(cb, c), len(c), lambda c=c: fire(_noop, c))
     return out, keep
 
 
-def nest(depth, fn):
-    """Call fn under ``depth`` frames whose file name looks like torch's (internal)."""
-    tdir = os.path.dirname(os.path.abspath(torch.__file__))
-    src = "def f(n, fn):\n    return f(n - 1, fn) if n else fn()\n"
-    ns: dict = {}
-    exec(compile(src, os.path.join(tdir, "fake_internal_frame.py"), "exec"), ns)
-    return ns["f"](depth, fn)
+def _noop(*args):
+    return None
 
 
-def measure(fn, calls, number=2000, repeat=7) -> float:
-    t = timeit.repeat(fn, number=number, repeat=repeat)
-    return min(t) / number / calls * 1e6
+def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
+    """µs per callback, less the same firing loop with a Python no-op callback."""
+    fn(), baseline()
+    t = min(timeit.repeat(fn, number=number, repeat=repeat))
+    b = min(timeit.repeat(baseline, number=number, repeat=repeat))
+    return (t - b) / number / calls * 1e6
 
 
-def run(frames: int) -> list[tuple[str, float]]:
+def run(depth: int) -> list[tuple[str, float]]:
     hub = FakeHub()
     region = FakeRegion()
     hub.acquire(region)
     rows = []
     try:
-        cases, _keep = scenarios(hub)
+        cases, _keep = scenarios(hub, depth)
         token = routing.regions.set((region,))
         try:
-            for name, (fn, calls) in cases.items():
-                us = nest(frames, lambda: measure(fn, calls))
+            for name, (fn, calls, base) in cases.items():
+                rows.append((f"in a region: {name}", measure(fn, calls, base)))
                 region.observations.clear()
-                rows.append((f"in a region: {name}", us))
         finally:
             routing.regions.reset(token)
-        for name, (fn, calls) in cases.items():  # a thread with no region
-            if "copy" in name or "sync" in name:
-                rows.append((f"no region: {name}", nest(frames, lambda: measure(fn, calls))))
-        # the pieces, alone
-        f = sys._getframe()
-        rows.append(("piece: site_and_phase (walk + Site)",
-                     nest(frames, lambda: measure(lambda: attribution.site_and_phase(sys._getframe()), 1))))
-        rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1)))
+        for name, (fn, calls, base) in cases.items():  # a thread with no region
+            if "miss" not in name:
+                rows.append((f"no region: {name}", measure(fn, calls, base)))
+        fire = _internal_fire(depth)
+        one = [(0,)]
+        rows.append(("piece: site_and_phase (walk + Site)", measure(
+            lambda: fire(lambda _: attribution.site_and_phase(sys._getframe(1)), one), 1,
+            lambda: fire(lambda _: sys._getframe(1), one))))
+        rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
         rows.append(("piece: threading.current_thread().name",
-                     measure(lambda: threading.current_thread().name, 1)))
-        del f
+                     measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:
         hub.release(region)
     assert hub.errors == 0, hub.errors
@@ -136,13 +150,17 @@ def run(frames: int) -> list[tuple[str, float]]:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
-    ap.add_argument("--frames", type=int, default=12, help="internal frames above the callback")
+    ap.add_argument("--frames", default="1,12",
+                    help="internal (torch-like) frames between the user's line and the callback: "
+                         "1 is a torch op called from the user's line, 12 a deep nn.Module chain")
     a = ap.parse_args()
-    rows = run(a.frames)
+    depths = [int(x) for x in a.frames.split(",")]
+    cols = [dict(run(d)) for d in depths]
     md = [f"# cuda detector callback cost on the CPU (fake libcupti) · python {sys.version.split()[0]}"
-          f" · torch {torch.__version__} · {a.frames} internal frames · µs per callback, best of 7",
-          "", "| path | µs/callback |", "|---|---|"]
-    md += [f"| {n} | {us:.2f} |" for n, us in rows]
+          f" · torch {torch.__version__} · µs per callback, best of 15 repeats of 2,000", "",
+          "| path | " + " | ".join(f"{d} internal frame(s)" for d in depths) + " |",
+          "|---|" + "---|" * len(depths)]
+    md += [f"| {n} | " + " | ".join(f"{c[n]:.2f}" for c in cols) + " |" for n in cols[0]]
     text = "\n".join(md) + "\n"
     print(text)
     if a.out:

@@ -113,11 +113,13 @@ def cuda_with(hostmem, name):
     return cm
 
 
-COUNTS: collections.Counter = collections.Counter()  # (domain, cbid) -> callbacks (ENTER + EXIT)
+COUNTS: collections.Counter = collections.Counter()  # domain*100000+cbid -> callbacks (ENTER+EXIT)
 
 
 def _count(userdata, domain, cbid, cbdata):
-    COUNTS[(domain, cbid)] += 1
+    # an int key, no tuple: nothing GC-tracked is allocated inside the callback, so no collection
+    # can free a tensor (and call CUDA) from within it
+    COUNTS[domain * 100000 + cbid] += 1
 
 
 def cupti_raw(callback, ids):
@@ -164,8 +166,8 @@ def apis_called(work, st) -> dict:
     for ids in ("domains", "detector"):
         COUNTS.clear()
         timed(work, cupti_raw("py", ids), st)
-        for (domain, cbid), n in sorted(COUNTS.items()):
-            key = (domain, cbid)
+        for key in sorted(COUNTS):
+            domain, cbid = divmod(key, 100000)
             if key not in names:
                 names[key] = ("drv " if domain == 1 else "rt ") + (
                     HUB.lib.callback_name(domain, cbid) or f"cbid {cbid}")
@@ -208,7 +210,6 @@ def main():
     for configs in (before, after):
         for wname, work in workloads:
             if configs is before:
-                calls[wname] = apis_called(work, st)  # untimed; before any profiler holds CUPTI
                 EXIT_MS.clear()
             for cm in configs.values():  # warm-up of every path
                 timed(work, cm, st)
@@ -217,9 +218,16 @@ def main():
                 for k, cm in configs.items():
                     times[k].append(timed(work, cm, st))
             results[wname].update(times)
+            base = statistics.median(times[next(iter(configs))])
+            print(f"{wname}: " + "; ".join(f"{k} {statistics.median(v) / base:.3f}x"
+                                           for k, v in times.items()), flush=True)
             if configs is before:
                 exits[wname] = {k: round(statistics.median(v), 3) for k, v in EXIT_MS.items()}
-    table = {}
+                try:  # untimed, after the timings (printed above); before any profiler holds CUPTI
+                    calls[wname] = apis_called(work, st)
+                except Exception as e:  # a census failure must not lose the timings
+                    calls[wname] = {"apis": {f"census failed: {e!r}": 0}, "detector_callbacks": {}}
+                print(f"{wname}: APIs per call {calls[wname]}", flush=True)    table = {}
     for wname, times in results.items():
         base = statistics.median(times["bare"])
         table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),

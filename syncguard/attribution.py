@@ -79,23 +79,26 @@ def user_site(frame=None, depth: int = 8) -> Site:
 # callback). Neither ever needs invalidating: a code object's co_filename, co_name and
 # co_firstlineno are immutable, "internal" depends only on co_filename (and on torch's directory,
 # so nothing is cached before torch is imported), and a Site is a frozen value built only from
-# the (code, line) pairs that key it. They hold code objects alive, so they are bounded (cleared
-# when full; generated code, e.g. torch.compile's, may create many).
+# the (code, line) pairs that key it. Keys use id(code), never the code object itself: code
+# objects compare equal across files (CPython's code equality ignores co_filename), so the same
+# test function in two files would share an entry. Each entry holds its code objects alive, so
+# no other object can take their ids while it exists. Bounded (cleared when full): generated
+# code, e.g. torch.compile's, may create many code objects.
 _CACHE_MAX = 4096
-_code_cache: dict = {}  # code -> 0 user, 1 internal, 2 internal and a graph-capture set-up frame
-_site_cache: dict = {}  # ((code, lineno), ...) of the user's frame and up to depth-1 callers -> Site
+_code_cache: dict = {}  # id(code) -> (0 user / 1 internal / 2 graph-capture set-up, code)
+_site_cache: dict = {}  # ((id(code), lineno), ...) up to depth frames -> (Site, codes)
 
 
 def _code_class(code) -> int:
-    hit = _code_cache.get(code)
+    hit = _code_cache.get(id(code))
     if hit is not None:
-        return hit
+        return hit[0]
     internal = is_internal(code.co_filename)
     cls = (2 if code in _graph_setup_codes() else 1) if internal else 0
-    if _torch_dir is not None or _torch_prefix() is not None:  # see is_internal: torch fixes it
+    if _torch_dir is not None:  # see is_internal: torch's directory fixes the answer
         if len(_code_cache) >= _CACHE_MAX:
             _code_cache.clear()
-        _code_cache[code] = cls
+        _code_cache[id(code)] = (cls, code)
     return cls
 
 
@@ -105,19 +108,22 @@ def _site_at(f, depth: int) -> Site:
     if f is None:
         return Site()
     key = []
+    codes = []
     g = f
-    while g is not None and len(key) < depth:
-        key.append((g.f_code, g.f_lineno))
+    while g is not None and len(codes) < depth:
+        code = g.f_code
+        codes.append(code)
+        key.append((id(code), g.f_lineno))
         g = g.f_back
     key = tuple(key)
-    site = _site_cache.get(key)
-    if site is None:
-        code, line = key[0]
-        site = Site(code.co_filename, line, code.co_name,
-                    tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, n in key))
-        if len(_site_cache) >= _CACHE_MAX:
-            _site_cache.clear()
-        _site_cache[key] = site
+    hit = _site_cache.get(key)
+    if hit is not None:
+        return hit[0]
+    site = Site(codes[0].co_filename, key[0][1], codes[0].co_name,
+                tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, (_, n) in zip(codes, key)))
+    if len(_site_cache) >= _CACHE_MAX:
+        _site_cache.clear()
+    _site_cache[key] = (site, tuple(codes))
     return site
 
 
@@ -217,9 +223,8 @@ def site_and_phase(frame, site: bool = True, depth: int = 8) -> tuple[Site | Non
     cache = _code_cache
     while f is not None:
         code = f.f_code
-        cls = cache.get(code)
-        if cls is None:
-            cls = _code_class(code)
+        hit = cache.get(id(code))
+        cls = hit[0] if hit is not None else _code_class(code)
         if not cls:
             break
         if cls == 2 and phase == RUN:
