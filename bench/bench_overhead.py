@@ -130,7 +130,7 @@ def cupti_raw(callback, ids):
 
     why = HUB.unavailable()
     if why:
-        raise SystemExit(f"cuda detector unavailable: {why}")
+        raise RuntimeError(f"cuda detector unavailable: {why}")
     lib = HUB.lib.lib
     lib.cuptiEnableDomain.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int]
     if callback == "c":  # abs(int) reads its first argument only: a C function that does nothing
@@ -143,7 +143,7 @@ def cupti_raw(callback, ids):
         handle = ctypes.c_void_p()
         code = lib.cuptiSubscribe(ctypes.byref(handle), cb, None)
         if code != C.SUCCESS:
-            raise SystemExit(f"cuptiSubscribe failed: {HUB.lib.error_name(code)}")
+            raise RuntimeError(f"cuptiSubscribe failed: {HUB.lib.error_name(code)}")
         try:
             if ids == "detector":
                 for domain, cbid in HUB.table:
@@ -227,7 +227,8 @@ def main():
                     calls[wname] = apis_called(work, st)
                 except Exception as e:  # a census failure must not lose the timings
                     calls[wname] = {"apis": {f"census failed: {e!r}": 0}, "detector_callbacks": {}}
-                print(f"{wname}: APIs per call {calls[wname]}", flush=True)    table = {}
+                print(f"{wname}: APIs per call {calls[wname]}", flush=True)
+    table = {}
     for wname, times in results.items():
         base = statistics.median(times["bare"])
         table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),
