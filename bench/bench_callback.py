@@ -22,11 +22,9 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import statistics
 import sys
 import threading
 import timeit
-import types
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,33 +32,7 @@ import torch  # noqa: E402,F401  (torch's directory is what "internal" means)
 
 from syncguard import attribution, routing  # noqa: E402
 from syncguard.detectors import cupti as C  # noqa: E402
-from syncguard.detectors.cuda import DRIVER_APIS, RUNTIME_APIS, CuptiHub  # noqa: E402
-
-
-class _FakeLib:
-    def __getattr__(self, name):
-        return lambda *a: 0
-
-
-class FakeHub(CuptiHub):
-    """A hub over a fake libcupti with the three callback ids the CPU tests use."""
-
-    def __init__(self):
-        super().__init__()
-        self.lib = types.SimpleNamespace(lib=_FakeLib(), path="fake", error_name=str,
-                                         check=lambda code, what: None)
-        self.table = {(2, 41): ("cudaMemcpyAsync",) + RUNTIME_APIS["cudaMemcpyAsync"],
-                      (2, 131): ("cudaStreamSynchronize",) + RUNTIME_APIS["cudaStreamSynchronize"],
-                      (1, 126): ("cuStreamSynchronize",) + DRIVER_APIS["cuStreamSynchronize"]}
-
-    def unavailable(self):
-        return None
-
-
-class FakeRegion:
-    def __init__(self):
-        self.observations, self.state = [], {}
-        self.report = types.SimpleNamespace(notes=[])
+from tests.test_detect import FakeHub, FakeRegion  # noqa: E402  (the CPU tests' fake libcupti)
 
 
 def _data(site, corr, params):
