@@ -56,15 +56,19 @@ def _internal_fire(depth: int):
 def scenarios(hub, depth):
     """name -> (callable firing the callbacks once, number of callbacks it fires)."""
     copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+    d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
     sync = C.StreamParams(stream=0)
-    keep = [copy, sync]
+    keep = [copy, d2d, sync]
     ce, cx = _data(C.API_ENTER, 1, copy), _data(C.API_EXIT, 1, copy)
     se, sx = _data(C.API_ENTER, 2, sync), _data(C.API_EXIT, 2, sync)
     de, dx = _data(C.API_ENTER, 2, sync), _data(C.API_EXIT, 2, sync)
-    keep += [ce, cx, se, sx, de, dx]
-    a = {k: ctypes.addressof(v) for k, v in dict(ce=ce, cx=cx, se=se, sx=sx, de=de, dx=dx).items()}
+    ke, kx = _data(C.API_ENTER, 3, d2d), _data(C.API_EXIT, 3, d2d)
+    keep += [ce, cx, se, sx, de, dx, ke, kx]
+    a = {k: ctypes.addressof(v)
+         for k, v in dict(ce=ce, cx=cx, se=se, sx=sx, de=de, dx=dx, ke=ke, kx=kx).items()}
     fire = _internal_fire(depth)
     calls = {"copy ENTER+EXIT": [(None, 2, 41, a["ce"]), (None, 2, 41, a["cx"])],
+             "D2D copy ENTER+EXIT": [(None, 2, 41, a["ke"]), (None, 2, 41, a["kx"])],
              "sync ENTER+EXIT, driver call nested": [
                  (None, 2, 131, a["se"]), (None, 1, 126, a["de"]), (None, 1, 126, a["dx"]),
                  (None, 2, 131, a["sx"])],
@@ -119,13 +123,51 @@ def run(depth: int) -> list[tuple[str, float]]:
     return rows
 
 
+def _read_table(paths) -> dict:
+    """name -> per-column minimum over the given result files of this script."""
+    rows: dict = {}
+    for p in paths:
+        with open(p) as fh:
+            for line in fh:
+                if line.startswith("| ") and not line.startswith("| path"):
+                    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                    vals = [float(v) for v in cells[1:]]
+                    rows[cells[0]] = [min(x, y) for x, y in zip(rows.get(cells[0], vals), vals)]
+    return rows
+
+
+def compare(before, after, out) -> None:
+    """One before/after table from alternating runs of two versions (minimum per cell)."""
+    b, a = _read_table(before), _read_table(after)
+    md = ["# cuda detector callback cost per callback on the CPU, before and after", "",
+          f"`bench/bench_callback.py`, the two versions run alternately ({len(before)} + "
+          f"{len(after)} runs) on a shared 2-core machine; each cell is the minimum over the runs, in "
+          "µs per callback (a copy or sync is ENTER+EXIT = 2 callbacks; the nested-sync row is 4). "
+          "`py`: our Python only; `thunk`: through the ctypes CFUNCTYPE with the GIL released and "
+          "re-taken, as when CUPTI calls us. N frames: torch-like frames between the user's line "
+          "and the CUDA call.", "",
+          "| path | before, 1 frame | after, 1 frame | before, 12 frames | after, 12 frames |",
+          "|---|---|---|---|---|"]
+    md += [f"| {k} | {b[k][0]:.2f} | {a[k][0]:.2f} | {b[k][1]:.2f} | {a[k][1]:.2f} |"
+           for k in a if k in b]
+    with open(out, "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE_GLOB", "AFTER_GLOB"),
+                    help="write --out as a before/after table from earlier runs' result files")
     ap.add_argument("--frames", default="1,12",
                     help="internal (torch-like) frames between the user's line and the callback: "
                          "1 is a torch op called from the user's line, 12 a deep nn.Module chain")
     a = ap.parse_args()
+    if a.compare:
+        import glob
+        compare(sorted(glob.glob(a.compare[0])), sorted(glob.glob(a.compare[1])), a.out)
+        return
     depths = [int(x) for x in a.frames.split(",")]
     cols = [dict(run(d)) for d in depths]
     md = [f"# cuda detector callback cost on the CPU (fake libcupti) · python {sys.version.split()[0]}"

@@ -103,3 +103,42 @@ def test_observation_quick_equals_the_dataclass_constructor():
         routing.Observation.quick(**kw, bogus=1)
     with pytest.raises(TypeError, match="missing"):
         routing.Observation.quick(source="cuda")
+
+
+def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_pairing():
+    """Fake libcupti (tests/test_detect.py's FakeHub), fake callback data: an async pinned H2D
+    copy, a D2D copy, then a stream sync on the same line. The D2D copy sits between them, so the
+    H2D copy is judged alone (pinned: no wait) and the sync is a plain stream sync."""
+    import ctypes
+
+    from syncguard.detectors import cupti as C
+    from syncguard.detectors.cuda import combine
+    from tests.test_detect import FakeHub, FakeRegion
+
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    h2d = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+    d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
+    sync = C.StreamParams(stream=0)
+
+    def fire(cbid, site, corr, params):
+        data = C.CallbackData(callbackSite=site, correlationId=corr,
+                              functionParams=ctypes.addressof(params))
+        hub._callback(None, 2, cbid, ctypes.addressof(data))
+
+    token = routing.regions.set((region,))
+    try:
+        for cbid, corr, params in ((41, 1, h2d), (41, 2, d2d), (131, 3, sync)):
+            fire(cbid, C.API_ENTER, corr, params)
+            fire(cbid, C.API_EXIT, corr, params)
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert hub.errors == 0
+    obs = region.observations
+    assert [o.detail.direction for o in obs[:2]] == ["h2d", "d2d"]
+    assert obs[1].site == Site() and obs[0].site.filename == __file__
+    events, notes = combine(obs, {1: (1, 2, 3)})  # the H2D copy's host memory: pinned
+    assert [e.kind for e, _, _ in events] == ["stream_sync"] and notes == []
+    events, _ = combine([obs[0], obs[2]], {1: (1, 2, 3)})  # without the D2D copy they pair
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_h2d"]

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import routing
-from ..attribution import site_and_phase, user_site
+from ..attribution import RUN, Site, site_and_phase, user_site
 from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                       PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
 from . import DetectorUnavailable
@@ -75,6 +75,8 @@ DRIVER_APIS = {
     "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
 }
 _VERSION = re.compile(r"_v\d+")
+_NO_WAIT = ("d2d", "h2h")  # copy directions the host never waits for (never reported)
+_NO_SITE = Site()
 
 
 def canonical(name: str) -> str:
@@ -303,6 +305,9 @@ class CuptiHub:
                 return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
         elif spec is not None:
             _read_params(spec, data.functionParams, detail)
+            if detail.direction in _NO_WAIT:
+                self._no_wait_copy(api, detail, owner)
+                return None  # nothing to time at EXIT
         call = _Call()
         call.api, call.role, call.kind, call.detail = api, role, kind, detail
         call.site, call.phase = site_and_phase(sys._getframe(1))
@@ -315,6 +320,18 @@ class CuptiHub:
                 call.site = owner[2]
         call.t0 = time.perf_counter_ns()
         return call
+
+    def _no_wait_copy(self, api, detail, owner) -> None:
+        """A device-to-device or host-to-host copy never makes the host wait for the GPU; its only
+        use in :func:`combine` is to end a pending async copy's chance to pair with a later
+        sync, which needs its place in the sequence, not its line, phase or duration."""
+        obs = routing.Observation.quick(source="cuda", site=_NO_SITE, thread="", api=api,
+                                        phase=RUN, detail=detail, allows=())
+        if owner is None:
+            routing.deliver(obs)
+        else:
+            for r in owner[0]:
+                r.observations.append(obs)
 
     def _exit(self, call: _Call) -> None:
         t0 = call.t0
