@@ -141,9 +141,32 @@ SHIMMED: dict[str, Any] = {
     "reset_peak_memory_stats": lambda device=None: None,
 }
 
+def _generator_class():
+    """``torch.Generator`` that gives a CPU generator for ``device="cuda"``; instances stay real
+    ``torch.Generator`` objects and ``isinstance`` keeps working."""
+    import torch
+
+    orig = torch._C.Generator
+
+    class _Meta(type(orig)):
+        def __call__(cls, device: Any = "cpu"):
+            kind = getattr(device, "type", device)
+            is_cuda = isinstance(kind, int) or str(kind).startswith("cuda")
+            return orig("cpu") if is_cuda else orig(device)
+
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, orig)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, orig)
+
+    return _Meta("Generator", (orig,), {"__module__": "torch", "__doc__": orig.__doc__})
+
+
 _lock = threading.Lock()
 _depth = 0
 _saved: dict[str, Any] = {}
+_saved_torch: dict[str, Any] = {}
 _MISSING = object()
 
 
@@ -159,6 +182,10 @@ def install() -> None:
         for name, value in SHIMMED.items():
             _saved[name] = tc.__dict__.get(name, _MISSING)
             setattr(tc, name, value)
+        import torch
+
+        _saved_torch["Generator"] = torch.Generator
+        torch.Generator = _generator_class()
 
 
 def uninstall() -> None:
@@ -175,3 +202,8 @@ def uninstall() -> None:
             else:
                 setattr(tc, name, value)
         _saved.clear()
+        import torch
+
+        for name, value in _saved_torch.items():
+            setattr(torch, name, value)
+        _saved_torch.clear()
