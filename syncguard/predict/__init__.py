@@ -24,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from ..events import Report, SyncEvent
+from ..events import Report, SyncError, SyncEvent
 from . import shim
 from .engine import DETECTOR, Observation, Predictor, Unmodelled, pop, push
 from .modes import PredictDispatchMode, PredictFunctionMode
@@ -75,6 +75,12 @@ class Prediction:
         for u in self.unmodelled:
             lines.append(f"  {u}")
         return "\n".join(lines)
+
+    def raise_if_syncs(self) -> None:
+        """Fail like ``syncguard.forbid()`` when a sync is predicted (what a CPU CI gate calls);
+        calls that were not predicted are in the message, but alone they do not fail."""
+        if self.syncs:
+            raise SyncError(self.to_report(), self.format())
 
     def to_report(self) -> Report:
         """As a syncguard Report: events labelled ``predict``; the not-predicted calls are

@@ -106,6 +106,11 @@ def nearest_run(runs: list, target: str, table: RuleTable) -> Any:
     return by_version[table.nearest(list(by_version), target)]
 
 
+def _describe(u, root: str) -> str:
+    where = (f"{os.path.relpath(u.filename, root)}:{u.lineno}" if u.filename else "<unknown>")
+    return f"{u.why} at {where}"
+
+
 def _code(text: str) -> str:
     return text.split("#", 1)[0].strip()
 
@@ -158,7 +163,7 @@ def calibrate_corpus(snippets, state, run: CorpusRun, target: str,
             measured = [(e["kind"], remap(e["line"])) for e in measured_events(record)]
             cal.rows.append(Row(cal.suite, snip.name, measured,
                                 [(e.kind, e.lineno) for e in p.syncs[s0:]], crashed,
-                                [str(u) for u in p.unmodelled[u0:]], snip.sync_line))
+                                [_describe(u, root) for u in p.unmodelled[u0:]], snip.sync_line))
     return cal
 
 
@@ -191,7 +196,7 @@ def calibrate_cases(session_json: str, root: str, target: str,
             except Exception as e:  # noqa: BLE001
                 crashed = f"{type(e).__name__}: {e}"
             predicted = [(e.kind, e.lineno) for e in p.syncs[s0:]]
-            unmodelled = [str(u) for u in p.unmodelled[u0:]]
+            unmodelled = [_describe(u, root) for u in p.unmodelled[u0:]]
         runnable = not (v.needs_triton_on_cuda and crashed and "triton" in crashed)
         cal.rows.append(Row(cal.suite, name, measured, predicted, crashed, unmodelled,
                             runnable_on_cpu=runnable))
