@@ -14,6 +14,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+#: The library corpus (tests/gpu/library_corpus.py, the same SNIPPETS/state/sync_line protocol
+#: as tests/gpu/corpus.py) joins once it and its runs exist: reports/gpu/<v>/<stem>-<v>.json.
+LIBRARY = ("tests.gpu.library_corpus", "library-corpus")
+
+
+def suites(corpus):
+    """(file stem, module) of every snippet suite with committed runs."""
+    import importlib
+
+    found = [("corpus", corpus)]
+    try:
+        lib = importlib.import_module(LIBRARY[0])
+    except ImportError:
+        return found
+    if os.path.isdir(os.path.join(ROOT, "reports", "gpu")) and any(
+            f.startswith(LIBRARY[1] + "-") for _, _, files in os.walk(os.path.join(ROOT, "reports", "gpu"))
+            for f in files):
+        found.append((LIBRARY[1], lib))
+    return found
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("derive", "check"):
         print("usage: predict_rules.py derive|check", file=sys.stderr)
@@ -22,17 +43,20 @@ def main(argv: list[str]) -> int:
     from syncguard.predict.rules import RULES_PATH
     from tests.gpu import corpus
 
-    runs = load_corpus_runs(ROOT)
-    calls, crashed = observe_snippets(corpus.SNIPPETS, corpus.state)
-    d = derive(runs, corpus.SNIPPETS, calls)
-    problems = d.conflicts + d.unattributed + [f"snippet {k} raised {v}" for k, v in crashed.items()]
+    d, problems = None, []
+    for stem, suite in suites(corpus):
+        runs = load_corpus_runs(ROOT, stem)
+        calls, crashed = observe_snippets(suite.SNIPPETS, suite.state)
+        d = derive(runs, suite.SNIPPETS, calls, d)
+        problems += [f"{stem} snippet {k} raised {v}" for k, v in crashed.items()]
+    problems = d.conflicts + d.unattributed + problems
     text = d.table.to_json()
     if argv[0] == "derive":
         with open(RULES_PATH + ".tmp", "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(RULES_PATH + ".tmp", RULES_PATH)
         print(f"wrote {os.path.relpath(RULES_PATH, ROOT)}: {len(d.table.rules)} rules from "
-              f"{len(runs)} runs")
+              f"{len(d.table.sources)} runs")
     else:
         with open(RULES_PATH, encoding="utf-8") as f:
             if f.read() != text:

@@ -51,12 +51,13 @@ class CorpusRun:
     snippets: dict  # name -> the run's record of that snippet
 
 
-def load_corpus_runs(root: str) -> list[CorpusRun]:
-    """Every committed ``reports/gpu/<v>/corpus-<v>.json``, oldest torch first."""
+def load_corpus_runs(root: str, stem: str = "corpus") -> list[CorpusRun]:
+    """Every committed ``reports/gpu/<v>/<stem>-<v>.json``, oldest torch first (``stem``
+    names the suite: "corpus", or the library corpus's file stem once its runs are committed)."""
     runs = []
     gpu = os.path.join(root, "reports", "gpu")
     for v in sorted(os.listdir(gpu)) if os.path.isdir(gpu) else []:
-        path = os.path.join(gpu, v, f"corpus-{v}.json")
+        path = os.path.join(gpu, v, f"{stem}-{v}.json")
         if not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8") as f:
@@ -114,12 +115,17 @@ class Derivation:
     unattributed: list[str] = field(default_factory=list)
 
 
-def derive(runs: list[CorpusRun], snippets: list, calls: dict) -> Derivation:
-    d = Derivation(RuleTable(sources=[{"path": r.path, "torch": r.environment.get("torch"),
-                                       "gpu": r.environment.get("gpu"),
-                                       "driver": r.environment.get("driver")} for r in runs]))
+def derive(runs: list[CorpusRun], snippets: list, calls: dict,
+           into: Derivation | None = None) -> Derivation:
+    """Rules from one suite's runs; pass ``into`` to add a second suite (the library corpus)
+    to the same table, where a disagreement between suites is a conflict like any other."""
+    d = into or Derivation(RuleTable())
+    d.table.sources.extend({"path": r.path, "torch": r.environment.get("torch"),
+                            "gpu": r.environment.get("gpu"),
+                            "driver": r.environment.get("driver")} for r in runs)
     for run in runs:
-        kernels: dict[str, Any] = {"syncs": [], "evidence": []}
+        kernels = d.table.classes.get("device_kernel", {}).get("torch", {}).get(
+            run.torch, {"syncs": [], "evidence": []})
         for snip in snippets:
             record = run.snippets.get(snip.name)
             if record is None or snip.name not in calls:
