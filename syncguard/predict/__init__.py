@@ -19,6 +19,7 @@ counted as clean. See ``rules.py`` for how the table is keyed and versioned.
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -31,7 +32,7 @@ from .modes import PredictDispatchMode, PredictFunctionMode
 from .rules import RuleTable, load_rules
 from .tensors import CudaStandIn
 
-__all__ = ["predicting", "Prediction", "Unmodelled", "CudaStandIn", "DETECTOR",
+__all__ = ["predicting", "predicted", "session_active", "Prediction", "Unmodelled", "CudaStandIn", "DETECTOR",
            "region_report"]
 
 
@@ -43,6 +44,7 @@ class Prediction:
     syncs: list[SyncEvent] = field(default_factory=list)
     unmodelled: list[Unmodelled] = field(default_factory=list)
     observations: list[Observation] = field(default_factory=list)
+    contexts: list = field(default_factory=list)  # on_event's return value per event
 
     @property
     def rules_versions(self) -> list[str]:
@@ -93,21 +95,32 @@ class Prediction:
                       reason=reason, notes=notes)
 
 
+def _new(torch_version, rules, on_event) -> tuple[Predictor, Prediction]:
+    table = rules if isinstance(rules, RuleTable) else load_rules(rules)
+    predictor = Predictor(table, torch_version or torch.__version__, on_event=on_event)
+    return predictor, Prediction(predictor.target, predictor.syncs, predictor.unmodelled,
+                                 predictor.observations, predictor.contexts)
+
+
+def session_active() -> bool:
+    """Whether a ``predicting()`` block is open on this thread."""
+    from .engine import active
+
+    return active() is not None
+
+
 @contextlib.contextmanager
-def predicting(torch_version: str | None = None, *,
-               rules: RuleTable | str | None = None) -> Iterator[Prediction]:
+def predicting(torch_version: str | None = None, *, rules: RuleTable | str | None = None,
+               on_event=None) -> Iterator[Prediction]:
     """Run the block with CUDA stand-ins and predict its syncs.
 
     ``torch_version``: the torch whose GPU behaviour to predict (default: the running one); the
     rules of the nearest measured version are used and named on every event. ``rules``: a
-    table or a path (default: the packaged table). Works on any build of torch; on a CUDA
+    table or a path (default: the packaged table). ``on_event``: called with each predicted
+    event as it happens (its return value is kept in ``Prediction.contexts``). Works on any build of torch; on a CUDA
     build it still predicts (tensors stay on the CPU), which is how it is calibrated.
     """
-    table = rules if isinstance(rules, RuleTable) else load_rules(rules)
-    target = torch_version or torch.__version__
-    predictor = Predictor(table, target)
-    prediction = Prediction(target, predictor.syncs, predictor.unmodelled,
-                            predictor.observations)
+    predictor, prediction = _new(torch_version, rules, on_event)
     push(predictor)
     shim.install()
     try:
@@ -115,6 +128,24 @@ def predicting(torch_version: str | None = None, *,
             yield prediction
     finally:
         shim.uninstall()
+        pop(predictor)
+
+
+@contextlib.contextmanager
+def predicted(torch_version: str | None = None, *, rules: RuleTable | str | None = None,
+              on_event=None) -> Iterator[Prediction]:
+    """A region inside an open ``predicting()`` block on this thread: what runs inside is
+    recorded here instead of in the block (the plugin opens the block for the whole session, so
+    that collection already sees ``torch.cuda.is_available()``, and one region per test)."""
+    from .engine import _active
+
+    if not _active.get(threading.get_ident()):
+        raise RuntimeError("predicted() needs an enclosing predicting() block on this thread")
+    predictor, prediction = _new(torch_version, rules, on_event)
+    push(predictor)
+    try:
+        yield prediction
+    finally:
         pop(predictor)
 
 

@@ -14,20 +14,20 @@ Why two modes:
 """
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from ..events import SyncEvent
-from .facts import copy_facts, is_device_kernel, op_facts, op_name
+from .facts import op_name
 from .rules import RuleTable, Verdict
 from .site import user_site
-from .tensors import CudaStandIn, is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
+from .tensors import is_standin, unwrap, wrap
 
 __all__ = ["Predictor", "Unmodelled", "Observation", "dispatch_unobserved", "active"]
 
@@ -73,8 +73,15 @@ class Predictor:
     unmodelled: list[Unmodelled] = field(default_factory=list)
     observations: list[Observation] = field(default_factory=list)
     thread: int = field(default_factory=threading.get_ident)
+    #: called with each predicted event, in the caller's context; its return value is kept
+    #: beside the event (the integrator delivers events to scope's regions from here, so
+    #: allow() applies to predicted syncs as to measured ones)
+    on_event: Any = None
+    contexts: list = field(default_factory=list)
 
-    def decide(self, op: str, facts: dict, *, device_kernel: bool = False) -> Verdict:
+    def decide(self, op: str, facts: dict, *, device_kernel: bool = False) -> Verdict | None:
+        if _called_by_syncguard():
+            return None  # syncguard's own calls (warm-up, set-up) are not the user's syncs
         verdict = self.table.lookup(op, facts, self.target, device_kernel=device_kernel)
         site = user_site(depth=8)
         self.observations.append(Observation(op, tuple(sorted(facts.items())), site.filename,
@@ -86,17 +93,37 @@ class Predictor:
             via = sync.get("via")
             note = (f"predicted from the rules of torch {verdict.torch} measured on a GPU "
                     f"({verdict.status}: {', '.join(verdict.evidence[:2])})")
-            self.syncs.append(SyncEvent(
+            event = SyncEvent(
                 api=sync["api"], kind=sync["kind"], op=op,
                 ops=(op,) if not via or via == op else (op, via),
                 filename=site.filename, lineno=site.lineno, function=site.function,
                 stack=site.stack, thread=threading.current_thread().name,
-                detectors=(DETECTOR,), note=note))
+                detectors=(DETECTOR,), note=note)
+            self.syncs.append(event)
+            self.contexts.append(self.on_event(event) if self.on_event is not None else None)
         return verdict
 
     def cannot(self, what: str, why: str) -> None:
         site = user_site(depth=8)
         self.unmodelled.append(Unmodelled(what, why, site.filename, site.lineno))
+
+
+_PREDICT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SYNCGUARD_DIR = os.path.dirname(_PREDICT_DIR.rstrip(os.sep)) + os.sep
+_GLUE = ("contextlib.py", "functools.py", "threading.py")
+
+
+def _called_by_syncguard() -> bool:
+    """Whether the first caller outside torch, this package and stdlib glue is syncguard."""
+    tdir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    f = sys._getframe(2)
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if not (path.startswith(_PREDICT_DIR) or path.startswith(tdir)
+                or os.path.basename(path) in _GLUE or f.f_code.co_filename.startswith("<")):
+            return path.startswith(_SYNCGUARD_DIR)
+        f = f.f_back
+    return False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,7 +86,9 @@ def is_device_kernel(func, args: tuple, kwargs: dict) -> bool:
     output shape known without reading device memory, and not a copy to or from the host."""
     if any(tag in _DYNAMIC_TAGS for tag in func.tags):
         return False
-    if func._schema.name in ("aten::copy_", "aten::_to_copy", "aten::_local_scalar_dense"):
+    if func._schema.name == "aten::copy_":  # only a copy between two device tensors
+        return is_standin(args[0]) and is_standin(args[1])
+    if func._schema.name in ("aten::_to_copy", "aten::_local_scalar_dense"):
         return False
     if "mask" in op_facts(func, args, kwargs):  # boolean masks are counted on the host
         return False

@@ -6,7 +6,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from .engine import Predictor, _first_index, _rewrap, cuda_index
+from .engine import Predictor, _first_index, _rewrap, active, cuda_index
 from .facts import copy_facts, is_device_kernel, op_facts, op_name
 from .tensors import is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
 
@@ -28,7 +28,12 @@ class PredictFunctionMode(TorchFunctionMode):
 
     def __init__(self, predictor: Predictor):
         super().__init__()
-        self.p = predictor
+        self._own = predictor
+
+    @property
+    def p(self) -> Predictor:
+        """The innermost collector on this thread (a ``predicted()`` region inside the block)."""
+        return active() or self._own
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -109,7 +114,12 @@ class PredictDispatchMode(TorchDispatchMode):
 
     def __init__(self, predictor: Predictor):
         super().__init__()
-        self.p = predictor
+        self._own = predictor
+
+    @property
+    def p(self) -> Predictor:
+        """The innermost collector on this thread (a ``predicted()`` region inside the block)."""
+        return active() or self._own
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})

@@ -78,7 +78,12 @@ class FakeEvent:
         return True
 
     def elapsed_time(self, end: "FakeEvent") -> float:
-        return 0.0
+        """GPU time cannot be predicted on a CPU: refuse rather than invent a number."""
+        p = active()
+        if p is not None:
+            p.cannot("torch.cuda.Event.elapsed_time", "GPU timing cannot be predicted on a CPU")
+        raise RuntimeError("syncguard.predict: Event.elapsed_time() needs a GPU (GPU timing "
+                           "cannot be predicted on a CPU)")
 
 
 _local = threading.local()
