@@ -1,0 +1,167 @@
+"""Run cases/ under sync prediction on a CPU and compare each test with the committed H200 run.
+
+    python tools/predict_cases.py          # writes reports/predict/cases.md and cases.json
+
+A calibration harness, not the plugin: until ``--syncguard-predict`` is wired into the plugin,
+it opens one ``predicting()`` block for the session (so collection sees CUDA as available, and
+the GPU cases run) and audits each test call in a region of syncguard's ``fake`` detector fed
+by the predictor, so ``allow()`` classifies predicted syncs exactly as it does measured ones.
+cases/test_races.py is left out: the race detector needs CUDA's sanitizer hooks (and its
+dispatch mode stacked on the predictor's crashes torch 2.13's CPU build).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections import Counter
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+PATHS = ["cases/test_merge.py", "cases/test_cpu_path.py", "cases/test_multigpu.py"]
+LEFT_OUT = {"cases/test_races.py": "race detection needs CUDA's sanitizer; not predicted"}
+
+
+def _deliver(event):
+    from syncguard import scope
+    from syncguard.detect import Observation, Site
+
+    return scope._deliver(Observation("fake", Site(event.filename, event.lineno, event.function,
+                                                   event.stack), event.thread, api=event.api,
+                                      kind=event.kind, op=event.op))
+
+
+class Harness:
+    def __init__(self):
+        self.stack = contextlib.ExitStack()
+        self.results: dict[str, dict] = {}
+
+    def pytest_configure(self, config):
+        from syncguard import scope
+        from syncguard.predict import predicting
+
+        # what the plugin's wiring will do: every region a test opens is fed by the predictor
+        orig = scope.Region.__init__
+
+        def predicted_region(region, detectors=None, races=False, raise_on_exit=False):
+            orig(region, ("fake",), False, raise_on_exit)
+
+        scope.Region.__init__ = predicted_region
+        self.stack.callback(setattr, scope.Region, "__init__", orig)
+        self.stack.enter_context(predicting(on_event=_deliver))
+
+    def pytest_unconfigure(self, config):
+        self.stack.close()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        import syncguard
+        from syncguard.predict import predicted
+
+        with predicted(on_event=_deliver) as p, syncguard.audit(("fake",)) as report:
+            outcome = yield
+        self.results[item.nodeid] = {
+            "audit": "syncs" if report.syncs else "allowed" if report.allowed else "clean",
+            "syncs": [(e.kind, os.path.relpath(e.filename, ROOT) if e.filename else None,
+                       e.lineno) for e in report.syncs],
+            "unmodelled": [f"{u.why} at {u.where}" for u in p.unmodelled][:5],
+            "error": (f"{outcome.excinfo[0].__name__}: {str(outcome.excinfo[1])[:200]}"
+                      if outcome.excinfo else None)}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        out = yield
+        rep = out.get_result()
+        if rep.when == "call" and item.nodeid in self.results:
+            self.results[item.nodeid]["outcome"] = "xfailed" if hasattr(rep, "wasxfail") else rep.outcome
+            if rep.skipped and not hasattr(rep, "wasxfail"):  # skipped inside the test
+                self.results[item.nodeid]["audit"] = "off"
+        elif rep.skipped and rep.when == "setup":
+            self.results[item.nodeid] = {"outcome": "skipped", "audit": "off", "syncs": [],
+                                         "unmodelled": [], "error": None}
+
+
+def main() -> int:
+    import torch
+
+    from syncguard.predict.calibrate import _line_mapper
+    from syncguard.predict.rules import load_rules
+
+    h = Harness()
+    pytest.main(PATHS + ["-q", "-p", "no:cacheprovider", "-p", "no:syncguard", "-p", "no:randomly"],
+                plugins=[h])
+    target = torch.__version__.split("+")[0]
+    table = load_rules()
+    sessions = {v: os.path.join(ROOT, "reports", f"cuda-torch-{v}.json") for v in table.versions}
+    near = table.nearest([v for v, p in sessions.items() if os.path.isfile(p)], target)
+    ref_rel = os.path.relpath(sessions[near], ROOT)
+    with open(sessions[near], encoding="utf-8") as f:
+        committed = {t["nodeid"]: t for t in json.load(f)["tests"]}
+    maps = {}
+    rows, gpu_only, missing = [], [], []
+    for nodeid, got in sorted(h.results.items()):
+        ref = committed.get(nodeid)
+        if ref is None:
+            missing.append(nodeid)
+            continue
+        if ref["audit"] not in ("clean", "syncs", "allowed") or got["audit"] == "off":
+            continue  # not audited on the GPU or here (skipped): nothing to compare
+        path = nodeid.split("::")[0]
+        remap = maps.setdefault(path, _line_mapper(ROOT, ref_rel, path))
+        measured = [(e["kind"], remap(e["lineno"]) if (e.get("filename") or "").endswith(
+            os.path.basename(path)) else e["lineno"]) for e in ref["syncs"]]
+        predicted = [(k, ln) for k, _, ln in got["syncs"]]
+        row = {"nodeid": nodeid, "gpu_audit": ref["audit"], "predicted_audit": got["audit"],
+               "measured": measured, "predicted": predicted, "outcome": got.get("outcome"),
+               "error": got["error"], "unmodelled": got["unmodelled"],
+               "whether": (ref["audit"] == "syncs") == (got["audit"] == "syncs"),
+               "category": ref["audit"] == got["audit"],
+               "kind": set(k for k, _ in measured) == set(k for k, _ in predicted),
+               "line": (set(ln for _, ln in predicted) <= set(ln for _, ln in measured)
+                        if measured and predicted else None)}
+        (gpu_only if got["error"] and got.get("outcome") == "failed" else rows).append(row)
+    n = len(rows)
+    lines_cmp = [r["line"] for r in rows if r["line"] is not None]
+    pct = lambda ok, k: f"{ok}/{k} ({100.0 * ok / k:.1f}%)" if k else "n/a"  # noqa: E731
+    md = ["# cases/ under sync prediction, compared with the H200 run", "",
+          f"Generated by `python tools/predict_cases.py` (do not edit): torch {torch.__version__} "
+          f"on a CPU, predicted with the rules of the nearest measured torch, compared test by "
+          f"test with `{ref_rel}` (the same per-test audit: allowed syncs are allowed by the "
+          "same `allow()` blocks).", "",
+          "| tests compared | whether syncs | clean / allowed only / syncs | exact kinds | line | "
+          "failed on the CPU (GPU-only behaviour, listed) | with calls not predicted |",
+          "|---|---|---|---|---|---|---|",
+          f"| {n} | {pct(sum(r['whether'] for r in rows), n)} | "
+          f"{pct(sum(r['category'] for r in rows), n)} | "
+          f"{pct(sum(r['kind'] for r in rows), n)} | {pct(sum(lines_cmp), len(lines_cmp))} | "
+          f"{len(gpu_only)} | {sum(1 for r in rows if r['unmodelled'])} |", "",
+          "## Disagreements", ""]
+    md += [f"- `{r['nodeid']}`: GPU {r['gpu_audit']} {r['measured']}, predicted "
+           f"{r['predicted_audit']} {r['predicted']}" + (f"; not predicted: {r['unmodelled'][0]}"
+                                                        if r["unmodelled"] else "")
+           for r in rows if not (r["whether"] and r["kind"] and r["category"]
+                                 and r["line"] is not False)] or ["- none"]
+    md += ["", "## Tests that fail on a CPU under prediction (they assert GPU-only behaviour)", ""]
+    md += [f"- `{r['nodeid']}`: {r['error']}" for r in gpu_only] or ["- none"]
+    md += ["", "## Left out", ""] + [f"- `{p}`: {why}" for p, why in LEFT_OUT.items()]
+    if missing:
+        md += [f"- `{m}`: not in the committed run" for m in missing]
+    out = os.path.join(ROOT, "reports", "predict")
+    os.makedirs(out, exist_ok=True)
+    data = {"schema_version": 1, "kind": "syncguard-predict-cases", "torch": torch.__version__,
+            "reference": ref_rel, "rows": rows, "gpu_only": gpu_only, "left_out": LEFT_OUT}
+    for name, text in (("cases.md", "\n".join(md) + "\n"),
+                       ("cases.json", json.dumps(data, indent=1, sort_keys=True, default=list) + "\n")):
+        path = os.path.join(out, name)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    print("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
