@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-import torch
 
 from cases import merge
 from syncguard.events import SyncError

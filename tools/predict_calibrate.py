@@ -23,6 +23,8 @@ HEADER = ("| suite | predicted for torch | compared with (H200 run) | runnable o
 def main() -> int:
     import torch
 
+    from syncguard.report import write_atomic
+
     from syncguard.predict.calibrate import calibrate_cases, calibrate_corpus, nearest_run
     from syncguard.predict.derive import load_corpus_runs
     from syncguard.predict.rules import load_rules
@@ -84,10 +86,7 @@ def main() -> int:
             "per_version": [c.to_dict() for c in per_version]}
     for name, text in (("calibration.md", "\n".join(lines) + "\n"),
                        ("calibration.json", json.dumps(data, indent=1, sort_keys=True) + "\n")):
-        path = os.path.join(out, name)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
+        write_atomic(os.path.join(out, name), text)
     print("\n".join(lines))
     return 0
 

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import sys
-from collections import Counter
 
 import pytest
 
@@ -87,6 +86,8 @@ class Harness:
 def main() -> int:
     import torch
 
+    from syncguard.report import write_atomic
+
     from syncguard.predict.calibrate import _line_mapper
     from syncguard.predict.rules import load_rules
 
@@ -155,10 +156,7 @@ def main() -> int:
             "reference": ref_rel, "rows": rows, "gpu_only": gpu_only, "left_out": LEFT_OUT}
     for name, text in (("cases.md", "\n".join(md) + "\n"),
                        ("cases.json", json.dumps(data, indent=1, sort_keys=True, default=list) + "\n")):
-        path = os.path.join(out, name)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
+        write_atomic(os.path.join(out, name), text)
     print("\n".join(md))
     return 0
 

@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
         return 2
     from syncguard.predict.derive import derive, load_corpus_runs, observe_snippets
     from syncguard.predict.rules import RULES_PATH
+    from syncguard.report import write_atomic
     from tests.gpu import corpus
 
     d, problems = None, []
@@ -52,9 +53,7 @@ def main(argv: list[str]) -> int:
     problems = d.conflicts + d.unattributed + problems
     text = d.table.to_json()
     if argv[0] == "derive":
-        with open(RULES_PATH + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(RULES_PATH + ".tmp", RULES_PATH)
+        write_atomic(RULES_PATH, text)
         print(f"wrote {os.path.relpath(RULES_PATH, ROOT)}: {len(d.table.rules)} rules from "
               f"{len(d.table.sources)} runs")
     else:

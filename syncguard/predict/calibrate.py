@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .derive import CorpusRun, measured_events
-from .rules import RuleTable, version_tuple
+from .rules import RuleTable
 
 __all__ = ["Row", "Calibration", "calibrate_corpus", "calibrate_cases", "nearest_run"]
 
@@ -171,8 +171,6 @@ def calibrate_cases(session_json: str, root: str, target: str,
                     table: RuleTable | None = None) -> Calibration:
     """Merge variants: measured = the syncs the GPU run allowed as ``declared:`` inside
     ``test_declared_sync[variant]`` (the variant's own call, set-up excluded)."""
-    import torch
-
     from cases.merge import VARIANTS, representative_inputs
 
     from . import predicting
@@ -200,7 +198,6 @@ def calibrate_cases(session_json: str, root: str, target: str,
         runnable = not (v.needs_triton_on_cuda and crashed and "triton" in crashed)
         cal.rows.append(Row(cal.suite, name, measured, predicted, crashed, unmodelled,
                             runnable_on_cpu=runnable))
-    del torch
     return cal
 
 

@@ -23,8 +23,9 @@ def _tensor_method(func) -> str | None:
     return name if name is not None and getattr(torch.Tensor, name, None) is func else None
 
 
-class PredictFunctionMode(TorchFunctionMode):
-    """Device arguments and host<->device moves, as the user wrote them."""
+class _Collecting:
+    """Both modes report to the innermost collector on this thread: a ``predicted()`` region
+    inside the block, else the block's own predictor."""
 
     def __init__(self, predictor: Predictor):
         super().__init__()
@@ -32,8 +33,12 @@ class PredictFunctionMode(TorchFunctionMode):
 
     @property
     def p(self) -> Predictor:
-        """The innermost collector on this thread (a ``predicted()`` region inside the block)."""
         return active() or self._own
+
+
+class PredictFunctionMode(_Collecting, TorchFunctionMode):
+    """Device arguments and host<->device moves, as the user wrote them."""
+
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -109,17 +114,9 @@ class PredictFunctionMode(TorchFunctionMode):
         return wrap(out, index or 0) if dst_cuda else out
 
 
-class PredictDispatchMode(TorchDispatchMode):
+class PredictDispatchMode(_Collecting, TorchDispatchMode):
     """Every aten op: stand-ins unwrapped, the table asked, outputs labelled again."""
 
-    def __init__(self, predictor: Predictor):
-        super().__init__()
-        self._own = predictor
-
-    @property
-    def p(self) -> Predictor:
-        """The innermost collector on this thread (a ``predicted()`` region inside the block)."""
-        return active() or self._own
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
