@@ -159,3 +159,26 @@ def test_bad_rules_are_one_line_errors(tmp_path):
         RuleTable.from_dict({"kind": "other"})
     with pytest.raises(ValueError, match="no predict rules table"):
         load_rules(str(tmp_path / "missing.json"))
+
+
+def test_a_module_moved_to_cuda_trains_and_its_syncs_are_predicted():
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.manual_seed(0)
+    with predicting("2.14.1") as p:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 2)).cuda()
+        assert all(q.is_cuda and isinstance(q, torch.nn.Parameter) for q in model.parameters())
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(4, 8, device="cuda")
+        y = torch.randint(0, 2, (4,), device="cuda")
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        line = here() + 1
+        loss.item()
+    assert torch.__future__.get_overwrite_module_params_on_conversion() == overwrite
+    # four pageable parameters uploaded by blocking copies, then the loss read back
+    uploads = [e.kind for e in p.syncs if e.lineno != line]
+    assert uploads == measured("2.14.1", "to_cuda_pageable_blocking") * 4
+    assert [e.kind for e in p.syncs if e.lineno == line] == measured("2.14.1", "item")
+    assert not p.unmodelled, p.format()

@@ -123,10 +123,15 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     predictor, prediction = _new(torch_version, rules, on_event)
     push(predictor)
     shim.install()
+    # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins: the
+    # default swaps the data under the old Parameter, which a wrapper subclass cannot take
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
     try:
         with PredictFunctionMode(predictor), PredictDispatchMode(predictor):
             yield prediction
     finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         shim.uninstall()
         pop(predictor)
 
