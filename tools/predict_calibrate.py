@@ -77,8 +77,8 @@ def main() -> int:
                 lines.append(f"- {c.suite}, torch {c.target}, `{r.name}`{tag}: {d}")
     if not seen:
         lines.append("- none")
-    lines += ["", "The cases/ tests themselves, test by test under prediction: "
-              "[cases.md](cases.md) (`python tools/predict_cases.py`).",
+    lines += ["", "The cases/ tests and the plugin's sample project, test by test under "
+              "prediction: [cases.md](cases.md) (`python tools/predict_cases.py`).",
               "", "A CPU build cannot run Triton kernels, so a variant that needs Triton on CUDA "
               "is reported as not runnable rather than as clean or as a crash of CPU code."]
     data = {"schema_version": 1, "kind": "syncguard-predict-calibration",
