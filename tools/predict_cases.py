@@ -86,7 +86,7 @@ class Harness:
             "syncs": [(e.kind, os.path.relpath(e.filename, ROOT) if e.filename else None,
                        e.lineno) for e in report.syncs],
             "unmodelled": [f"{u.why} at {u.where}" for u in p.unmodelled][:5],
-            "error": (f"{outcome.excinfo[0].__name__}: {str(outcome.excinfo[1])[:200]}"
+            "error": (_headline(f"{outcome.excinfo[0].__name__}: {outcome.excinfo[1]}")[:300]
                       if outcome.excinfo else None)}
 
     @pytest.hookimpl(hookwrapper=True)
