@@ -182,3 +182,14 @@ def test_a_module_moved_to_cuda_trains_and_its_syncs_are_predicted():
     assert uploads == measured("2.14.1", "to_cuda_pageable_blocking") * 4
     assert [e.kind for e in p.syncs if e.lineno == line] == measured("2.14.1", "item")
     assert not p.unmodelled, p.format()
+
+
+def test_region_report_is_a_labelled_report():
+    from syncguard.predict import region_report
+
+    def work():
+        torch.randn(8, device="cuda").nonzero()
+
+    report = region_report(work, torch_version="2.14.1")
+    assert [e.kind for e in report.syncs] == measured("2.14.1", "nonzero")
+    assert report.detectors == ("predict",) and "predicted on a CPU" in report.notes[0]
