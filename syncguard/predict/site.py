@@ -1,10 +1,7 @@
-"""The one place the predictor gets user-line attribution from.
-
-The detector helper is moving ``user_site`` out of detect.py into a shared module; when that
-lands, repoint this import and nothing else in syncguard.predict changes.
-"""
+"""The one place the predictor gets user-line attribution from: the shared attribution module,
+so a predicted event names the same line a measured one would."""
 from __future__ import annotations
 
-from ..detect import Site, user_site
+from ..attribution import Site, user_site
 
 __all__ = ["Site", "user_site"]
