@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark for the torch in this environment, in one device call.
-#   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|poison]
+#   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison]
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
-# their ground truth, the whole tests/gpu suite, overhead and merge benchmarks); full: matrix +
-# the mutation experiment, the race benchmark and the plugin's sample project (serial, -n 4,
-# -W error); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
+# their ground truth, the whole tests/gpu suite, overhead and merge benchmarks); extras: the
+# mutation experiment, the race benchmark and the plugin's sample project (serial, -n 4,
+# -W error); full: both (over the device's 10-minute call limit: make it two calls, matrix then
+# extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
 # The GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit it was sent
@@ -27,7 +28,7 @@ $py -c "import torch, sys; print(torch.__version__, torch.version.cuda, torch.cu
 # pytester's subprocess runs (tests/gpu/test_plugin_gpu.py...) find the plugin by its entry point
 $py -m pip install -q --no-build-isolation --no-deps -e . > "$out/install.log" 2>&1 || cat "$out/install.log"
 P="-p no:cacheprovider -q -rfEx"
-if [ "$what" != poison ]; then
+if [ "$what" = matrix ] || [ "$what" = full ]; then
   step "cases-$ver" $py -m pytest $P --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
@@ -35,7 +36,7 @@ if [ "$what" != poison ]; then
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
 fi
 C="-c samples/gpu_project/pytest.ini"
-if [ "$what" = full ]; then
+if [ "$what" = extras ] || [ "$what" = full ]; then
   step "mutation-$ver" env PYTHON=$py tools/mutation_experiment.sh "$out/mutation-$ver.txt"
   step "races-bench-$ver" $py bench/bench_races.py --out "$out/races-bench-$ver.json"
   step sample-serial $py -m pytest $C samples/gpu_project/tests $P --syncguard --syncguard-report="$out/sample-serial.json"
