@@ -21,12 +21,13 @@ import threading
 from typing import Iterable
 
 from . import detectors as registry
-from .attribution import PHASES, RUN, is_tracing
+from .attribution import is_tracing
 from .detectors import AUTO, DetectorUnavailable
 from .detectors.torch_hooks import allow_entered, allow_exited
 from .events import ALL_DETECTORS, DETECTORS, SYNC_KINDS, Report, SyncError, SyncEvent
 from .routing import allows as _allows, deliver as _deliver, ids as _ids, regions as _regions  # noqa: F401
 from .detect import MARKER
+from .phases import fails, not_failing_reason, parse_phases
 
 KNOWN_DETECTORS = ALL_DETECTORS + ("fake",)
 
@@ -107,7 +108,7 @@ class Region:
         self.detectors = parse_detectors(detectors)
         self.races = bool(races)
         self.raise_on_exit = raise_on_exit
-        self.fail_on_phases = parse_phases(fail_on_phases)
+        self.fail_on_phases = parse_phases(fail_on_phases, "fail_on_phases")
         self.report = Report(detectors=())
         self.observations: list = []
         self.profile_syncs: list = []
@@ -244,24 +245,14 @@ class Region:
             if chosen is not None:
                 used[id(chosen)] = used.get(id(chosen), 0) + 1
                 self.report.allowed.append(dataclasses.replace(ev, reason=chosen.reason))
-            elif ev.phase != RUN and ev.phase not in self.fail_on_phases:
-                self.report.allowed.append(dataclasses.replace(ev, reason=(
-                    f"made during {ev.phase.replace('_', ' ')}, not in steady state; "
-                    f"fail_on_phases=('{ev.phase}',) counts it")))
+            elif not fails(ev.phase, self.fail_on_phases):
+                self.report.allowed.append(dataclasses.replace(
+                    ev, reason=not_failing_reason(ev.phase)))
             elif exhausted is not None:
                 self.report.syncs.append(dataclasses.replace(
                     ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
             else:
                 self.report.syncs.append(ev)
-
-def parse_phases(value: str | Iterable[str], where: str = "fail_on_phases") -> tuple[str, ...]:
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
-    names = [n for n in names if n]
-    bad = [n for n in names if n not in PHASES or n == RUN]
-    if bad:
-        raise ValueError(f"{where}: unknown phase(s) {bad!r}; choose from compile, graph_capture")
-    return tuple(dict.fromkeys(names))
-
 
 def audit(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
           fail_on_phases: str | Iterable[str] = ()) -> Region:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import codescope, devices, isolate, phases, warmup
+from . import codescope, devices, isolate, warmup
 from .aggregate import aggregate, split
 from .codescope import CodeScope
 from .events import RegionReport, format_report
@@ -276,7 +276,8 @@ class SyncguardSession:
         with contextlib.ExitStack() as stack:
             for spec in plan.allows:
                 stack.enter_context(spec.scope())
-            report = stack.enter_context(audit(plan.detectors, races=plan.races))
+            report = stack.enter_context(audit(plan.detectors, races=plan.races,
+                                               fail_on_phases=plan.fail_on_phase))
             examples = wrap_examples(item, plan, stack, state.codescope)
             try:
                 result = yield
@@ -290,8 +291,7 @@ class SyncguardSession:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
         if state.own_regions:
-            rep = merged(state.own_regions)
-        state.report = rep = phases.judged(rep, plan.fail_on_phase)
+            state.report = rep = merged(state.own_regions)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:

@@ -669,47 +669,34 @@ def test_isolate_without_cuda_starts_no_subprocess(pytester, run):
 
 # -- phases (issue 13) -------------------------------------------------------------------------
 
-PHASE_CONFTEST = """
-    # FAKE phases: stamps a phase on events by their op, as the detectors' compile / graph-capture
-    # detection will; wraps the audit() that syncguard's session and examples modules call.
-    import contextlib, dataclasses
-    import syncguard.examples, syncguard.session
-
-    PHASE_OF = {"fake::compile": "compile", "fake::capture": "graph_capture"}
-    _audit = syncguard.session.audit
-
-    @contextlib.contextmanager
-    def audit(*args, **kwargs):
-        with _audit(*args, **kwargs) as rep:
-            yield rep
-        rep.syncs[:] = [dataclasses.replace(e, phase=PHASE_OF.get(e.op, "run")) for e in rep.syncs]
-
-    syncguard.session.audit = syncguard.examples.audit = audit
-"""
 PHASE_TESTS = """
     import pytest
     from syncguard.testing import fake_sync  # FAKE detector: plumbing only
 
+    # the phase a real detector reads from the stack is given by hand (FAKE)
     def test_compile():
-        fake_sync(op="fake::compile")
+        fake_sync(op="fake::compile", phase="compile")
 
     def test_capture():
-        fake_sync(op="fake::capture")
+        fake_sync(op="fake::capture", phase="graph_capture")
 
     def test_run():
         fake_sync(op="aten::nonzero")
 
     @pytest.mark.syncguard(fail_on_phase="graph_capture")
     def test_capture_marked():
-        fake_sync(op="fake::capture")
+        fake_sync(op="fake::capture", phase="graph_capture")
+
+    def test_fixture_block(syncguard):
+        with syncguard.forbid():  # the region the fixture opens follows the option too
+            fake_sync(op="fake::compile", phase="compile")
 """
 
 
 def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, run):
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m=PHASE_TESTS)
     res = run("--syncguard", FAKE, "--syncguard-report=r.json")
-    res.assert_outcomes(passed=2, failed=2)
+    res.assert_outcomes(passed=3, failed=2)
     res.stdout.fnmatch_lines(["FAILED test_m.py::test_run*", "FAILED test_m.py::test_capture_marked*"],
                              consecutive=False)
     t = _tests(_doc(pytester))
@@ -718,8 +705,9 @@ def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, ru
     assert moved["phases"] == {"compile": 1} and moved["lineno"] == _line(PHASE_TESTS, "fake::compile")
     assert "--syncguard-fail-on-phase=compile" in moved["reason"]
     assert t["test_capture_marked"]["syncs"][0]["phases"] == {"graph_capture": 1}  # per-site record
+    assert t["test_fixture_block"]["allowed"][0]["phases"] == {"compile": 1}
     res.stdout.fnmatch_lines([
-        "2 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
+        "3 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
         f"*test_m.py:{_line(PHASE_TESTS, 'fake::compile')}  [[]compile] stream_sync fake::compile  "
         "hint: torch.compile syncs*"])
 
@@ -727,17 +715,15 @@ def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, ru
 @pytest.mark.parametrize("args, ini", [(["--syncguard-fail-on-phase=compile,graph_capture"], ""),
                                        ([], "syncguard_fail_on_phase = compile, graph_capture")])
 def test_fail_on_phase_option_and_ini_twin(pytester, run, args, ini):
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m=PHASE_TESTS)
     pytester.makeini(f"[pytest]\n{ini}\n")
     res = run("--syncguard", FAKE, "--syncguard-report=r.json", *args)
-    res.assert_outcomes(failed=4)
+    res.assert_outcomes(failed=5)
     assert _doc(pytester)["options"]["fail_on_phase"] == ["compile", "graph_capture"]
 
 
 def test_fail_on_phase_hypothesis_examples(pytester, run):
     """Per-example judging follows the same rule: a compile-phase sync does not fail an example."""
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m="""
         from hypothesis import given, settings, strategies as st
         from syncguard.testing import fake_sync  # FAKE detector: plumbing only
@@ -745,7 +731,7 @@ def test_fail_on_phase_hypothesis_examples(pytester, run):
         @settings(max_examples=10, database=None, deadline=None)
         @given(st.integers(0, 5))
         def test_h(n):
-            fake_sync(op="fake::compile")
+            fake_sync(op="fake::compile", phase="compile")
     """)
     run("--syncguard", FAKE).assert_outcomes(passed=1)
     run("--syncguard", FAKE, "--syncguard-fail-on-phase=compile").assert_outcomes(failed=1)
