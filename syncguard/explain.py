@@ -13,7 +13,7 @@ from .aggregate import SiteRecord, aggregate, total
 from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
-from .sessionfile import TestEntry
+from .sessionfile import TestEntry, session_detectors
 
 _MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
              "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
@@ -193,6 +193,13 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
                  + (f"; {off} not audited (off/not run)" if off else "")]
     if scope:
         lines.append(f"scope: {scope}")
+    ran = session_detectors(tests)
+    if ran:
+        lines.append(f"detectors: {ran}")
+    other = Counter(t.detector_reason for t in tests
+                    if t.audited and t.detector_reason and t.detector_reason != ran)
+    for why, n in sorted(other.items()):
+        lines.append(f"  {n} test(s) under other detectors: {why}")
     rows = _top_sites(tests, "syncs", top)
     if rows:
         lines.append("top sync sites:")

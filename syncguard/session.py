@@ -27,7 +27,7 @@ from .explain import failure_table, summary_lines
 from .options import Plan, plan_for, resolve_settings
 from .poison import PoisonGuard
 from .scope import audit
-from .sessionfile import SessionFile, TestEntry, summarize, write_atomic
+from .sessionfile import AUDITED_STATES, SessionFile, TestEntry, summarize, write_atomic
 
 MEASUREMENTS_PROPERTY = "syncguard_measurements"  # user_properties name copied into the report
 
@@ -67,7 +67,7 @@ class ItemState:
 
 def merged(reports: list[RegionReport]) -> RegionReport:
     """The regions a test opened through the ``syncguard`` fixture, as one report."""
-    out = RegionReport(detectors=reports[0].detectors,
+    out = RegionReport(detectors=reports[0].detectors, detector_reason=reports[0].detector_reason,
                        cuda_available=all(r.cuda_available for r in reports),
                        reason=next((r.reason for r in reports if r.reason), None))
     for r in reports:
@@ -115,7 +115,14 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         syncs=tuple(syncs), allowed=tuple(allowed), outside=tuple(out_syncs + out_allowed),
         races=tuple(rep.races) if rep else (), duration_s=round(state.duration, 6),
         examples=state.examples, measurements=measurements, worker=worker, device=device,
-        events=tuple(rep.syncs + rep.allowed) if rep and keep_events else ())
+        events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
+        detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None)
+
+
+def _detector_reason(rep: RegionReport) -> str | None:
+    """What ran: the region's reason (``auto`` resolved, a fallback), or the detectors asked for."""
+    return rep.detector_reason or (f"{','.join(rep.detectors)} (as asked)" if rep.detectors
+                                   else None)
 
 
 def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:

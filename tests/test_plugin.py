@@ -743,3 +743,39 @@ def test_bad_fail_on_phase_is_a_usage_error(pytester, run):
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["ERROR: syncguard: command line option --syncguard-fail-on-phase: "
                               "unknown phase(s) [[]'linking'[]]; choose from compile, graph_capture*"])
+
+
+# -- which detector ran, said once (issue 16) --------------------------------------------------
+
+def test_detector_reason_is_said_once_and_per_test_where_it_differs(pytester, run):
+    """FAKE: the registry's resolve() is wrapped to give a fallback reason to one test, as a
+    CUPTI subscriber held elsewhere would; the region's reason must reach the JSON and summary."""
+    pytester.makeconftest("""
+        import pytest
+        import syncguard.detectors as registry
+
+        @pytest.fixture(autouse=True)
+        def fallback(request, monkeypatch):  # undone after each test: pytester runs in-process
+            resolve = registry.resolve
+            if "fallback" in request.node.name:
+                monkeypatch.setattr(registry, "resolve", lambda requested: (
+                    resolve(requested)[0], "fake: cuda detector not used (stand-in)"))
+    """)
+    pytester.makepyfile(test_m="""
+        from syncguard.testing import fake_sync
+        def test_a(): pass
+        def test_b(): pass
+        def test_fallback(): pass
+    """)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=3)
+    raw = sessionfile.read_json(pytester.path / "r.json")
+    assert raw["provenance"]["detectors_ran"] == "fake (as asked)"
+    by_id = {t["nodeid"].split("::")[-1]: t for t in raw["tests"]}
+    assert "detector_reason" not in by_id["test_a"]
+    assert by_id["test_fallback"]["detector_reason"] == "fake: cuda detector not used (stand-in)"
+    assert _tests(_doc(pytester))["test_a"]["detector_reason"] == "fake (as asked)"  # from the top
+    res.stdout.fnmatch_lines(["detectors: fake (as asked)",
+                              "  1 test(s) under other detectors: fake: cuda detector not used*"])
+    assert sum("detectors: fake (as asked)" in line for line in res.outlines) == 1
+
