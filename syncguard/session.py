@@ -247,7 +247,8 @@ class SyncguardSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
         state = item.stash.get(STATE, None)
-        if not isolate.wants_isolation(self.settings, state is not None and state.plan.audited):
+        if not isolate.wants_isolation(self.settings, state is not None and state.plan.audited,
+                                       state.plan.detectors if state is not None else ()):
             return None
         if self.no_cuda_to_isolate is None:
             self.no_cuda_to_isolate = isolate.cuda_unavailable(self.settings.detectors)
@@ -371,7 +372,7 @@ class SyncguardSession:
                 terminalreporter.write_line(
                     "syncguard: FAILED: --syncguard-require-cuda: no test could be audited "
                     f"({_why_none(tests)}); the session fails", red=True, bold=True)
-            if self.no_cuda_to_isolate:
+            if self.no_cuda_to_isolate and self.settings.isolate:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{self.no_cuda_to_isolate}")
             for line in summary_lines(tests, summarize(tests), scope=self.codescope.text):

@@ -779,3 +779,25 @@ def test_detector_reason_is_said_once_and_per_test_where_it_differs(pytester, ru
                               "  1 test(s) under other detectors: fake: cuda detector not used*"])
     assert sum("detectors: fake (as asked)" in line for line in res.outlines) == 1
 
+
+
+def test_a_profile_test_runs_in_its_own_process_without_the_isolate_option(pytester, run):
+    """FAKE detector alongside profile (CPU: the profiler runs on the CPU only): a test whose
+    detectors include profile runs in a child, so the profiler never runs in the session's
+    process (CUPTI would keep its subscriber there and the cuda detector could not subscribe)."""
+    pytester.makepyfile(test_m="""
+        import os, pytest
+
+        @pytest.mark.syncguard(detectors="fake,profile")
+        def test_profiled(syncguard):
+            syncguard.record("pid", os.getpid())
+
+        def test_plain(syncguard):
+            syncguard.record("pid", os.getpid())
+    """)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=2)
+    t = _tests(_doc(pytester))
+    assert t["test_profiled"]["measurements"]["pid"] != os.getpid()
+    assert t["test_plain"]["measurements"]["pid"] == os.getpid()
+    assert "--syncguard-isolate" not in res.stdout.str()
