@@ -9,6 +9,7 @@ import linecache
 from collections import Counter
 from typing import Iterable
 
+from . import alternatives
 from .aggregate import SiteRecord, aggregate, total
 from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
@@ -19,7 +20,6 @@ _MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_p
              "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
 HINTS = {
     "mask": "keep the mask on the CPU (torch>=2.9 indexes without a sync) or precompute indices",
-    "repeat_interleave": "pass output_size= to repeat_interleave",
     "pin": "pin the host tensor and use non_blocking=True",
     "d2h": "copy into pinned memory with non_blocking=True and wait on an event when needed",
     "scalar": "keep the value on the device, or allow(...) it with a reason",
@@ -40,13 +40,19 @@ def source_line(event: SyncEvent | SiteRecord) -> str:
 
 
 def hint_for(event: SyncEvent | SiteRecord) -> str:
-    """One line saying how such a sync is usually removed; the default names allow()."""
+    """One line saying how such a sync is usually removed; the default names allow().
+
+    Where the alternatives table (alternatives.py) knows the op, its entry is the hint: one
+    source of truth, each alternative checked sync-free on the GPU by a corpus snippet. HINTS
+    covers what the table does not (phases, copies, scalars, waits)."""
     if event.phase in HINTS:  # compile / graph_capture: the phase, not the op, explains it
         return HINTS[event.phase]
     ops = tuple(event.ops) + ((event.op,) if event.op else ())
-    src = source_line(event)
-    if "aten::repeat_interleave" in ops or "repeat_interleave" in src:
-        return HINTS["repeat_interleave"]
+    if "repeat_interleave" in source_line(event):  # a detector may name only the inner op
+        ops += ("aten::repeat_interleave",)
+    alternative = alternatives.hint(ops)
+    if alternative:
+        return alternative
     if any(o in _MASK_OPS for o in ops):
         return HINTS["mask"]
     if event.kind in (PAGEABLE_COPY, BLOCKING_COPY_H2D):

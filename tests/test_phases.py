@@ -66,7 +66,7 @@ def test_fake_sync_refuses_an_unknown_phase():
 def test_hint_names_the_phase():
     assert hint_for(ev("compile")) == HINTS["compile"]
     assert hint_for(ev("graph_capture")) == HINTS["graph_capture"]
-    assert hint_for(ev("run")) == HINTS["mask"]  # aten::nonzero, as before
+    assert hint_for(ev("run")).startswith("sync-free alternative: torch.nonzero_static")
 
 
 def test_summary_lists_not_failing_phase_sites_with_line_and_hint():
