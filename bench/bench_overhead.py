@@ -13,11 +13,28 @@ Order matters: once torch.profiler has run in a process, CUPTI cannot be subscri
 subscriber per process), so every cuda-detector configuration is timed before any profiler one.
 The cuda detector is timed with both ways of telling pageable from pinned host memory
 (``activity``: CUPTI MEMCPY records; ``pointer``: cudaPointerGetAttributes at region exit).
+
+Where the cuda detector's cost comes from (issue 12: 100 merges were 1.6x) is split by three
+raw CUPTI subscriptions with no syncguard region, each adding one layer:
+
+* ``cupti: subscribed, no id enabled``: the subscription alone;
+* ``cupti: detector's ids, C no-op callback``: CUPTI's own per-callback cost (the callback is
+  libc's ``abs``, which ignores its arguments: no Python, no GIL);
+* ``cupti: detector's ids, Python no-op callback``: plus the ctypes thunk and re-taking the GIL
+  that torch released around the CUDA call;
+* ``audit(cuda) pointer``: plus the detector's Python work and its region entry and exit
+  (``exit_ms``: time spent leaving the region, inside the timing).
+
+An untimed pass per workload then enables the whole runtime and driver domains with a counting
+callback and records which CUDA APIs one call of the workload makes (``apis``), and which of them
+the detector's ids catch (``detector_callbacks``).
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
+import ctypes
 import json
 import os
 import statistics
@@ -76,7 +93,10 @@ def train_step_workload():
     return step
 
 
-def cuda_with(hostmem):
+EXIT_MS: dict = collections.defaultdict(list)  # configuration -> ms spent leaving the region
+
+
+def cuda_with(hostmem, name):
     from syncguard.detectors.cuda import HUB
 
     @contextlib.contextmanager
@@ -85,10 +105,75 @@ def cuda_with(hostmem):
         try:
             with syncguard.audit(("cuda",)) as rep:
                 yield rep
+                t_body = time.perf_counter()
+            EXIT_MS[name].append((time.perf_counter() - t_body) * 1e3)
             assert rep.detectors == ("cuda",), rep.notes
         finally:
             HUB.hostmem = saved
     return cm
+
+
+COUNTS: collections.Counter = collections.Counter()  # domain*100000+cbid -> callbacks (ENTER+EXIT)
+
+
+def _count(userdata, domain, cbid, cbdata):
+    # an int key, no tuple: nothing GC-tracked is allocated inside the callback, so no collection
+    # can free a tensor (and call CUDA) from within it
+    COUNTS[domain * 100000 + cbid] += 1
+
+
+def cupti_raw(callback, ids):
+    """Subscribe CUPTI directly (no region), enabling ``ids``: "none", "detector" (the
+    detector's own callback ids) or "domains" (every runtime and driver API, untimed pass)."""
+    from syncguard.detectors import cupti as C
+    from syncguard.detectors.cuda import HUB
+
+    why = HUB.unavailable()
+    if why:
+        raise RuntimeError(f"cuda detector unavailable: {why}")
+    lib = HUB.lib.lib
+    lib.cuptiEnableDomain.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int]
+    if callback == "c":  # abs(int) reads its first argument only: a C function that does nothing
+        cb = ctypes.cast(ctypes.CDLL(None).abs, C.CALLBACK)
+    else:
+        cb = C.CALLBACK(_count)
+
+    @contextlib.contextmanager
+    def cm():
+        handle = ctypes.c_void_p()
+        code = lib.cuptiSubscribe(ctypes.byref(handle), cb, None)
+        if code != C.SUCCESS:
+            raise RuntimeError(f"cuptiSubscribe failed: {HUB.lib.error_name(code)}")
+        try:
+            if ids == "detector":
+                for domain, cbid in HUB.table:
+                    HUB.lib.check(lib.cuptiEnableCallback(1, handle, domain, cbid), "enable")
+            elif ids == "domains":
+                for domain in (C.DOMAIN_DRIVER, C.DOMAIN_RUNTIME):
+                    HUB.lib.check(lib.cuptiEnableDomain(1, handle, domain), "enable domain")
+            yield
+        finally:
+            lib.cuptiUnsubscribe(handle)
+    return cm
+
+
+def apis_called(work, st) -> dict:
+    """Which CUDA runtime/driver APIs one call of ``work`` makes, and which the detector sees."""
+    from syncguard.detectors.cuda import HUB
+
+    names = {}
+    out = {}
+    for ids in ("domains", "detector"):
+        COUNTS.clear()
+        timed(work, cupti_raw("py", ids), st)
+        for key in sorted(COUNTS):
+            domain, cbid = divmod(key, 100000)
+            if key not in names:
+                names[key] = ("drv " if domain == 1 else "rt ") + (
+                    HUB.lib.callback_name(domain, cbid) or f"cbid {cbid}")
+        out["apis" if ids == "domains" else "detector_callbacks"] = {
+            names[k]: n // 2 for k, n in sorted(COUNTS.items())}  # ENTER + EXIT = one call
+    return out
 
 
 def main():
@@ -104,8 +189,11 @@ def main():
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
     before = {
         "bare": bare,
-        "audit() default = cuda (activity)": cuda_with("activity"),
-        "audit(cuda) pointer": cuda_with("pointer"),
+        "cupti: subscribed, no id enabled": cupti_raw("c", "none"),
+        "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
+        "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
+        "audit(cuda) pointer": cuda_with("pointer", "audit(cuda) pointer"),
+        "audit(cuda) activity": cuda_with("activity", "audit(cuda) activity"),
         "audit(debug,trace) fallback": lambda: syncguard.audit(("debug", "trace")),
     }
     # Phase 2: profiler configurations (after them CUPTI stays held by Kineto).
@@ -117,8 +205,12 @@ def main():
     workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
                  ("transformer training step", train_step_workload()))
     results = {w: {} for w, _ in workloads}
+    calls = {}
+    exits = {}
     for configs in (before, after):
         for wname, work in workloads:
+            if configs is before:
+                EXIT_MS.clear()
             for cm in configs.values():  # warm-up of every path
                 timed(work, cm, st)
             times = {k: [] for k in configs}
@@ -126,22 +218,42 @@ def main():
                 for k, cm in configs.items():
                     times[k].append(timed(work, cm, st))
             results[wname].update(times)
+            base = statistics.median(times[next(iter(configs))])
+            print(f"{wname}: " + "; ".join(f"{k} {statistics.median(v) / base:.3f}x"
+                                           for k, v in times.items()), flush=True)
+            if configs is before:
+                exits[wname] = {k: round(statistics.median(v), 3) for k, v in EXIT_MS.items()}
+                try:  # untimed, after the timings (printed above); before any profiler holds CUPTI
+                    calls[wname] = apis_called(work, st)
+                except Exception as e:  # a census failure must not lose the timings
+                    calls[wname] = {"apis": {f"census failed: {e!r}": 0}, "detector_callbacks": {}}
+                print(f"{wname}: APIs per call {calls[wname]}", flush=True)
     table = {}
     for wname, times in results.items():
         base = statistics.median(times["bare"])
         table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),
                             "ratio": round(statistics.median(v) / base, 3),
                             "spread_ms": round((max(v) - min(v)) * 1e3, 3)} for k, v in times.items()}
+        for k, ms in exits[wname].items():
+            table[wname][k]["exit_ms"] = ms
     ver = torch.__version__.split("+")[0]
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
-           "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table}
+           "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table,
+           "calls_per_workload_call": calls}
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
           "interleaved rounds", ""]
     for wname, rows in table.items():
-        md += [f"## {wname}", "", "| configuration | median ms | × bare |", "|---|---|---|"]
-        md += [f"| {k} | {v['median_ms']} | {v['ratio']} |" for k, v in rows.items()]
+        md += [f"## {wname}", "", "| configuration | median ms | × bare | of which leaving the region, ms |",
+               "|---|---|---|---|"]
+        md += [f"| {k} | {v['median_ms']} | {v['ratio']} | {v.get('exit_ms', '')} |"
+               for k, v in rows.items()]
+        c = calls[wname]
+        md += ["", "CUDA APIs one call made (whole runtime+driver domains, untimed): "
+               + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),
+               "", "of which the detector's ids fired: "
+               + (", ".join(f"{k} ×{n}" for k, n in c["detector_callbacks"].items()) or "none")]
         md.append("")
     with open(os.path.join(a.out, f"overhead-{ver}.md"), "w") as f:
         f.write("\n".join(md))

@@ -201,8 +201,8 @@ def _f8(level: str) -> dict[str, str]:
 
 
 _CPU_213 = "probed on CPU, torch 2.13.0 (4-token and one-element examples, both modes)"
-_CUDA_SRC = ("NOT MEASURED: read from torch's CUDA dispatch lists (IndexKernel.cu: index_put has "
-             "float8, index_copy and masked_scatter do not); the first H200 run confirms it")
+_CUDA_SRC = ("probed on the H200, torch 2.11.0+cu130 (reports/probes/dev-0e03fdf/cases.log: every "
+             "entry agreed but the CPU-mask put, which runs float8 one-element values on CUDA)")
 
 #: ``(device type, variant, deterministic) -> ((since, DtypeSupport), ...)``
 DTYPE_SUPPORT: dict[tuple[str, str, bool], tuple[tuple[tuple[int, int], DtypeSupport], ...]] = {}
@@ -215,7 +215,8 @@ for _det in (False, True):
         ("cpu", "index_copy_rows", _det): (((0, 0), DtypeSupport(_f8(NO), _CPU_213)),),
         # CPU fallback: index_put_ with host rows (an index tensor, never masked_fill)
         ("cpu", "triton_row_scatter", _det): (((0, 0), DtypeSupport(_f8(YES), _CPU_213)),),
-        ("cuda", "index_put_cpu_mask", _det): (((0, 0), DtypeSupport(_f8(NOT_ONE_ELEMENT), _CUDA_SRC)),),
+        # CUDA has no masked_fill gap for float8 (the CPU's one-element path does not exist there)
+        ("cuda", "index_put_cpu_mask", _det): (((0, 0), DtypeSupport(_f8(YES), _CUDA_SRC)),),
         ("cuda", "masked_scatter", _det): (((0, 0), DtypeSupport(_f8(NO), _CUDA_SRC)),),
         ("cuda", "index_put_gpu_mask", _det): (((0, 0), DtypeSupport(_f8(YES), _CUDA_SRC)),),
         # deterministic index_copy_ goes through index_put_ (which has float8 kernels)

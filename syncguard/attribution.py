@@ -65,7 +65,7 @@ class Site:
 def user_frame(frame=None):
     """The innermost frame of the user's code at or above ``frame`` (the caller's by default)."""
     f = frame if frame is not None else sys._getframe(1)
-    while f is not None and is_internal(f.f_code.co_filename):
+    while f is not None and _code_class(f.f_code):
         f = f.f_back
     return f
 
@@ -74,31 +74,63 @@ def user_frame(frame=None):
 #: each) still reaches the user's code, which the code scope needs (codescope.py). Reports store
 #: only the first 8.
 STACK_DEPTH = 32
-#: (id(code), line) -> (code, "file:line in func"): one string per place in the program
-_FRAME_TEXT: dict[tuple, tuple] = {}
-
-
-def _stack_from(f, depth: int) -> tuple[str, ...]:
-    """``file:line in func`` of ``f`` and the frames above it. Frame texts are shared between
-    events: a loop syncing a million times holds one string per frame."""
-    stack = []
-    while f is not None and len(stack) < depth:
-        code = f.f_code
-        hit = _FRAME_TEXT.get((id(code), f.f_lineno))  # id: hashing a code object is slow
-        if hit is None:  # the code object is kept with its text, so its id is never reused
-            hit = _FRAME_TEXT[id(code), f.f_lineno] = (
-                code, f"{code.co_filename}:{f.f_lineno} in {code.co_name}")
-        stack.append(hit[1])
-        f = f.f_back
-    return tuple(stack)
 
 
 def user_site(frame=None, depth: int = STACK_DEPTH) -> Site:
     """The caller's site, skipping torch and syncguard frames, with the stack above it."""
-    f = user_frame(frame if frame is not None else sys._getframe(1))
+    return _site_at(user_frame(frame if frame is not None else sys._getframe(1)), depth)
+
+
+# Per-code-object caches for the hot path (the cuda detector attributes every copy inside a CUPTI
+# callback). Neither ever needs invalidating: a code object's co_filename, co_name and
+# co_firstlineno are immutable, "internal" depends only on co_filename (and on torch's directory,
+# so nothing is cached before torch is imported), and a Site is a frozen value built only from
+# the (code, line) pairs that key it. Keys use id(code), never the code object itself: code
+# objects compare equal across files (CPython's code equality ignores co_filename), so the same
+# test function in two files would share an entry. Each entry holds its code objects alive, so
+# no other object can take their ids while it exists. Bounded (cleared when full): generated
+# code, e.g. torch.compile's, may create many code objects.
+_CACHE_MAX = 4096
+_code_cache: dict = {}  # id(code) -> (0 user / 1 internal / 2 graph-capture set-up, code)
+_site_cache: dict = {}  # ((id(code), lineno), ...) up to depth frames -> (Site, codes)
+
+
+def _code_class(code) -> int:
+    hit = _code_cache.get(id(code))
+    if hit is not None:
+        return hit[0]
+    internal = is_internal(code.co_filename)
+    cls = (2 if code in _graph_setup_codes() else 1) if internal else 0
+    if _torch_dir is not None:  # see is_internal: torch's directory fixes the answer
+        if len(_code_cache) >= _CACHE_MAX:
+            _code_cache.clear()
+        _code_cache[id(code)] = (cls, code)
+    return cls
+
+
+def _site_at(f, depth: int) -> Site:
+    """The Site of user frame ``f`` with up to ``depth`` frames of stack; cached by the
+    (code, lineno) pairs, so a line called again costs a tuple and a dict lookup."""
     if f is None:
         return Site()
-    return Site(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _stack_from(f, depth))
+    key = []
+    codes = []
+    g = f
+    while g is not None and len(codes) < depth:
+        code = g.f_code
+        codes.append(code)
+        key.append((id(code), g.f_lineno))
+        g = g.f_back
+    key = tuple(key)
+    hit = _site_cache.get(key)
+    if hit is not None:
+        return hit[0]
+    site = Site(codes[0].co_filename, key[0][1], codes[0].co_name,
+                tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, (_, n) in zip(codes, key)))
+    if len(_site_cache) >= _CACHE_MAX:
+        _site_cache.clear()
+    _site_cache[key] = (site, tuple(codes))
+    return site
 
 
 _PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -192,15 +224,18 @@ def current_phase(frame=None) -> str:
 def site_and_phase(frame, site: bool = True, depth: int = STACK_DEPTH) -> tuple[Site | None, str]:
     """:func:`user_site` and :func:`current_phase` in one walk up the stack (the cuda detector
     calls this inside CUPTI callbacks, where every microsecond is paid per copy)."""
-    codes = _graph_setup_codes()
     phase = COMPILE if compiling() else RUN
     f = frame
-    while f is not None and is_internal(f.f_code.co_filename):
-        if phase == RUN and f.f_code in codes:
+    cache = _code_cache
+    while f is not None:
+        code = f.f_code
+        hit = cache.get(id(code))
+        cls = hit[0] if hit is not None else _code_class(code)
+        if not cls:
+            break
+        if cls == 2 and phase == RUN:
             phase = GRAPH_CAPTURE
         f = f.f_back
     if not site:
         return None, phase
-    if f is None:
-        return Site(), phase
-    return Site(f.f_code.co_filename, f.f_lineno, f.f_code.co_name, _stack_from(f, depth)), phase
+    return _site_at(f, depth), phase

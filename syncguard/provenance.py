@@ -54,7 +54,12 @@ def git_state(root: str | os.PathLike | None = None) -> dict[str, Any] | None:
     """``{"commit": sha, "dirty": bool}`` of the checkout holding ``root``; None outside git.
 
     Dirty means a tracked file differs from the commit (untracked files, such as the report
-    being written, do not count)."""
+    being written, do not count). A copy of a checkout without its ``.git`` (the GPU machine gets
+    one) is named by its caller: ``SYNCGUARD_GIT_COMMIT`` (and ``SYNCGUARD_GIT_DIRTY=1`` if the
+    copy had changes), which tools/gpu_suite.sh sets from the checkout it was sent from."""
+    declared = os.environ.get("SYNCGUARD_GIT_COMMIT")
+    if declared:
+        return {"commit": declared, "dirty": os.environ.get("SYNCGUARD_GIT_DIRTY") == "1"}
     root = Path(root or os.getcwd())
     commit = _git(root, "rev-parse", "HEAD")
     if not commit:

@@ -43,6 +43,14 @@ def test_git_state_names_the_commit_and_whether_tracked_files_changed(tmp_path):
     assert provenance.git_state(tmp_path / "nowhere") is None
 
 
+def test_a_copy_without_git_is_named_by_its_caller(tmp_path, monkeypatch):
+    """The GPU machine receives the tree without .git; tools/gpu_suite.sh names the commit."""
+    monkeypatch.setenv("SYNCGUARD_GIT_COMMIT", "abc123")
+    assert provenance.git_state(tmp_path) == {"commit": "abc123", "dirty": False}
+    monkeypatch.setenv("SYNCGUARD_GIT_DIRTY", "1")
+    assert provenance.git_state(tmp_path) == {"commit": "abc123", "dirty": True}
+
+
 def test_code_digest_changes_with_any_source_file(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)

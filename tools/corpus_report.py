@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import faulthandler
 import hashlib
 import json
 import os
@@ -396,10 +397,16 @@ def provenance(started: float) -> dict:
             "duration_s": round(time.time() - started, 1)}
 
 
+#: SYNCGUARD_CORPUS_TRACE=1: name each snippet before it runs
+_TRACE = os.environ.get("SYNCGUARD_CORPUS_TRACE") == "1"
+
+
 def each(title: str, todo: list[dict], fn) -> dict:
     """``fn`` on every snippet; one that raises is recorded as ``{"error": ...}``, never fatal."""
     t0, out = time.time(), {}
     for c in todo:
+        if _TRACE:  # the snippet a crash happened in (faulthandler prints the Python stacks)
+            print(f"  {title.split('.')[0]}. {c['id']}", flush=True)
         try:
             out[c["id"]] = fn(c)
         except Exception as e:  # noqa: BLE001 - one failing snippet must not abort the run
@@ -623,6 +630,7 @@ def convert(old: dict, path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    faulthandler.enable()  # a crash in native code still names the snippet's Python stack
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="output folder")
     ap.add_argument("--convert", metavar="OLD_JSON", nargs="+",

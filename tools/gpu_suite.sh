@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark for the torch in this environment, in one device call.
-#   tools/gpu_suite.sh OUTDIR [full|matrix|poison]
-# matrix: what the version matrix needs (cases audit, corpus, overhead, merge benchmark), for a
-# carried torch; full: matrix + the harness's tests, the race benchmark and the plugin's sample
-# project (serial, -n 4, -W error); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the
-# caller tars OUTDIR into $OUT (the device returns at most 8 files).
+#   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|poison]
+# matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
+# their ground truth, the whole tests/gpu suite, overhead and merge benchmarks); full: matrix +
+# the mutation experiment, the race benchmark and the plugin's sample project (serial, -n 4,
+# -W error); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
+# OUTDIR into $OUT (the device returns at most 8 files).
+#
+# The GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit it was sent
+# from, so every report's provenance names it (syncguard/provenance.py).
+#
+# CUPTI allows one subscriber per process, and once torch's profiler has run in a process the
+# default `cuda` detector cannot subscribe again: steps that run the profiler (the `profile`
+# corpus tests, the corpus runner's ground truth) run in processes of their own, after the rest.
 set -u
 out=${1:?outdir}; what=${2:-full}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
@@ -13,28 +21,27 @@ ver=$(python3 -c "import torch; print(torch.__version__.split('+')[0])")
 py=python3
 step() { local name=$1; shift; local t0=$SECONDS; "$@" > "$out/$name.log" 2>&1; local rc=$?
          echo "$name rc=$rc $((SECONDS - t0))s" | tee -a "$out/steps.txt"; tail -3 "$out/$name.log"; }
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1
+echo "commit ${SYNCGUARD_GIT_COMMIT:-unknown} dirty ${SYNCGUARD_GIT_DIRTY:-0}" > "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$out/gpu.txt" 2>&1
 $py -c "import torch, sys; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0), sys.version)" >> "$out/gpu.txt" 2>&1
+# pytester's subprocess runs (tests/gpu/test_plugin_gpu.py...) find the plugin by its entry point
+$py -m pip install -q --no-build-isolation --no-deps -e . > "$out/install.log" 2>&1 || cat "$out/install.log"
+P="-p no:cacheprovider -q -rfEx"
 if [ "$what" != poison ]; then
-step "cases-$ver" $py -m pytest -p syncguard.plugin --syncguard cases/ -q -p no:cacheprovider -rfEx \
-     --syncguard-report="$out/cuda-torch-$ver.json"
-step "corpus-$ver" $py tools/corpus_report.py --out "$out"
-step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 7
-step "merge-bench-$ver" $py bench/bench_merge.py --out "$out/merge-bench-$ver.json"
+  step "cases-$ver" $py -m pytest $P --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
+  step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
+  step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
+  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 7
+  step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
 fi
-P="-p syncguard.plugin -p no:cacheprovider -q"; C="-c samples/gpu_project/pytest.ini"
+C="-c samples/gpu_project/pytest.ini"
 if [ "$what" = full ]; then
-  # the profile-detector tests in their own process: once the profiler has run, CUPTI keeps its
-  # subscriber and the default cuda detector cannot subscribe (test_corpus.py's docstring)
-  step "tests-gpu-$ver" $py -m pytest tests/gpu tests/test_detect.py -q -p no:cacheprovider -k "not profile"
-  step "tests-gpu-profile-$ver" $py -m pytest tests/gpu tests/test_detect.py -q -p no:cacheprovider -k profile
+  step "mutation-$ver" env PYTHON=$py tools/mutation_experiment.sh "$out/mutation-$ver.txt"
   step "races-bench-$ver" $py bench/bench_races.py --out "$out/races-bench-$ver.json"
   step sample-serial $py -m pytest $C samples/gpu_project/tests $P --syncguard --syncguard-report="$out/sample-serial.json"
   step sample-n4 $py -m pytest $C samples/gpu_project/tests $P --syncguard -n 4 --syncguard-report="$out/sample-n4.json"
   step sample-Werror $py -m pytest $C samples/gpu_project/tests $P --syncguard -W error --syncguard-report="$out/sample-Werror.json"
-  step sample-warn-Werror $py -m pytest $C samples/gpu_project/tests $P --syncguard --syncguard-mode=warn \
-       -W error::UserWarning --syncguard-report="$out/sample-warn-Werror.json"
-  for r in n4 Werror warn-Werror; do
+  for r in n4 Werror; do
     step "compare-serial-$r" $py samples/compare_reports.py "$out/sample-serial.json" "$out/sample-$r.json"
   done
 fi

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import routing
-from ..attribution import site_and_phase, user_site
+from ..attribution import RUN, Site, site_and_phase, user_site
 from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                       PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
 from . import DetectorUnavailable
@@ -75,6 +75,8 @@ DRIVER_APIS = {
     "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
 }
 _VERSION = re.compile(r"_v\d+")
+_NO_WAIT = ("d2d", "h2h")  # copy directions the host never waits for (never reported)
+_NO_SITE = Site()
 
 
 def canonical(name: str) -> str:
@@ -257,41 +259,45 @@ class CuptiHub:
 
     # -- callbacks (run on the calling thread; must never raise or call CUDA) ------------------
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
+        # Hot path: one ENTER and one EXIT per enabled API call of any thread while subscribed.
+        # Per-thread state is one list [generation, depth, call] (one threading.local lookup).
         try:
             entry = self.table.get((domain, cbid))
             if entry is None:
                 return
             data = C.CallbackData.from_address(cbdata)
-            tls = self._tls
-            if getattr(tls, "generation", -1) != self.generation:
-                tls.generation, tls.depth, tls.call = self.generation, 0, None
+            st = getattr(self._tls, "st", None)
+            if st is None or st[0] != self.generation:
+                st = self._tls.st = [self.generation, 0, None]
             if data.callbackSite == C.API_ENTER:
-                depth = tls.depth
-                tls.depth = depth + 1
-                if depth:
-                    if tls.call is not None:
-                        tls.call.detail.correlation.append(data.correlationId)
+                depth = st[1]
+                st[1] = depth + 1
+                if depth:  # a driver call under the runtime call: the same wait, same event
+                    if st[2] is not None:
+                        st[2].detail.correlation.append(data.correlationId)
                     return
-                tls.call = None
+                st[2] = None
                 owner = None
                 if not routing.regions.get():
                     owner = self.backward.owner()  # an autograd engine thread working for a region?
                     if owner is None:
                         return
-                tls.call = self._enter(entry, data, owner)
+                st[2] = self._enter(entry, data, owner)
             else:
-                tls.depth = max(0, tls.depth - 1)
-                if tls.depth:
+                depth = st[1] - 1 if st[1] > 0 else 0
+                st[1] = depth
+                if depth:
                     return
-                call, tls.call = tls.call, None
+                call = st[2]
                 if call is not None:
+                    st[2] = None
                     self._exit(call)
         except BaseException:
             self.errors += 1
 
     def _enter(self, entry, data, owner=None) -> _Call | None:
         api, role, kind, is_async, spec = entry
-        detail = CopyDetail(role, direction=kind if role == COPY else None, is_async=is_async,
+        detail = CopyDetail(role, kind if role == COPY else None, is_async,
                             correlation=[data.correlationId])
         if role == FREE:
             ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
@@ -299,10 +305,12 @@ class CuptiHub:
                 return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
         elif spec is not None:
             _read_params(spec, data.functionParams, detail)
+            if detail.direction in _NO_WAIT:
+                self._no_wait_copy(api, detail, owner)
+                return None  # nothing to time at EXIT
         call = _Call()
-        frame = sys._getframe(1)
         call.api, call.role, call.kind, call.detail = api, role, kind, detail
-        call.site, call.phase = site_and_phase(frame)
+        call.site, call.phase = site_and_phase(sys._getframe(1))
         call.owner = owner
         if owner is None:
             call.thread = threading.current_thread().name
@@ -313,12 +321,25 @@ class CuptiHub:
         call.t0 = time.perf_counter_ns()
         return call
 
+    def _no_wait_copy(self, api, detail, owner) -> None:
+        """A device-to-device or host-to-host copy never makes the host wait for the GPU; its only
+        use in :func:`combine` is to end a pending async copy's chance to pair with a later
+        sync, which needs its place in the sequence, not its line, phase or duration."""
+        obs = routing.Observation.quick(source="cuda", site=_NO_SITE, thread="", api=api,
+                                        phase=RUN, detail=detail, allows=())
+        if owner is None:
+            routing.deliver(obs)
+        else:
+            for r in owner[0]:
+                r.observations.append(obs)
+
     def _exit(self, call: _Call) -> None:
-        blocked = round((time.perf_counter_ns() - call.t0) / 1000, 1)
+        t0 = call.t0
+        blocked = round((time.perf_counter_ns() - t0) / 1000, 1)
         owner = call.owner
-        obs = routing.Observation(
-            "cuda", call.site, call.thread, api=call.api,
-            kind=call.kind if call.role != COPY else None, t_ns=call.t0, blocked_us=blocked,
+        obs = routing.Observation.quick(
+            source="cuda", site=call.site, thread=call.thread, api=call.api,
+            kind=call.kind if call.role != COPY else None, t_ns=t0, blocked_us=blocked,
             phase=call.phase, detail=call.detail,
             allows=routing.allows.get() if owner is None else owner[1])
         if owner is None:

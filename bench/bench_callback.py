@@ -1,0 +1,186 @@
+"""CPU micro-benchmark of the cuda detector's callback hot path (not a test, no GPU).
+
+    python bench/bench_callback.py [--out reports/cpu/callback-NAME.md]
+
+Drives ``CuptiHub._callback`` with a FAKE libcupti and ctypes-built ``CUpti_CallbackData``, as
+tests/test_detect.py does, and prints the median cost in microseconds per callback (timeit, best
+of several repeats). Two call paths:
+
+* ``py``: ``hub._callback(...)`` called from Python: our Python work only.
+* ``thunk``: through the ctypes CFUNCTYPE object CUPTI would call (argument conversion both ways,
+  GIL released around the foreign call and re-taken by the thunk, as when torch released the GIL
+  before the CUDA call). What CUPTI itself costs can only be measured on the GPU
+  (bench/bench_overhead.py's split configurations).
+
+The callbacks are fired from under N frames whose file lies in torch's directory (1: a torch op
+called straight from the user's line; 12: a deep wrapper chain), so the walk to the user's frame
+and the per-frame "is this internal" test run as in a real call. Each figure has the same firing
+loop with a Python no-op callback subtracted.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import sys
+import threading
+import timeit
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402,F401  (torch's directory is what "internal" means)
+
+from syncguard import attribution, routing  # noqa: E402
+from syncguard.detectors import cupti as C  # noqa: E402
+from tests.test_detect import FakeHub, FakeRegion  # noqa: E402  (the CPU tests' fake libcupti)
+
+
+def _data(site, corr, params):
+    return C.CallbackData(callbackSite=site, correlationId=corr,
+                          functionParams=ctypes.addressof(params))
+
+
+def _internal_fire(depth: int):
+    """fire(cb, calls): calls ``cb(*args)`` for each args tuple from under ``depth`` frames whose
+    file name is inside torch's directory (internal to attribution), as torch's Python wrappers
+    would sit between the user's line and the CUDA call."""
+    tdir = os.path.dirname(os.path.abspath(torch.__file__))
+    src = ("def fire(cb, calls, n=DEPTH):\n"
+           "    if n > 1:\n        return fire(cb, calls, n - 1)\n"
+           "    for a in calls:\n        cb(*a)\n").replace("DEPTH", str(depth))
+    ns: dict = {}
+    exec(compile(src, os.path.join(tdir, f"fake_internal_{depth}.py"), "exec"), ns)
+    return ns["fire"]
+
+
+def scenarios(hub, depth):
+    """name -> (callable firing the callbacks once, number of callbacks it fires)."""
+    copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+    d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
+    sync = C.StreamParams(stream=0)
+    keep = [copy, d2d, sync]
+    ce, cx = _data(C.API_ENTER, 1, copy), _data(C.API_EXIT, 1, copy)
+    se, sx = _data(C.API_ENTER, 2, sync), _data(C.API_EXIT, 2, sync)
+    de, dx = _data(C.API_ENTER, 2, sync), _data(C.API_EXIT, 2, sync)
+    ke, kx = _data(C.API_ENTER, 3, d2d), _data(C.API_EXIT, 3, d2d)
+    keep += [ce, cx, se, sx, de, dx, ke, kx]
+    a = {k: ctypes.addressof(v)
+         for k, v in dict(ce=ce, cx=cx, se=se, sx=sx, de=de, dx=dx, ke=ke, kx=kx).items()}
+    fire = _internal_fire(depth)
+    calls = {"copy ENTER+EXIT": [(None, 2, 41, a["ce"]), (None, 2, 41, a["cx"])],
+             "D2D copy ENTER+EXIT": [(None, 2, 41, a["ke"]), (None, 2, 41, a["kx"])],
+             "sync ENTER+EXIT, driver call nested": [
+                 (None, 2, 131, a["se"]), (None, 1, 126, a["de"]), (None, 1, 126, a["dx"]),
+                 (None, 2, 131, a["sx"])],
+             "id not enabled (table miss)": [(None, 2, 999, a["ce"])]}
+    out = {}
+    for path, cb in (("py", hub._callback), ("thunk", hub._cb)):
+        for name, c in calls.items():
+            out[f"{path}: {name}"] = (lambda cb=cb, c=c: fire(cb, c), len(c), lambda c=c: fire(_noop, c))
+    return out, keep
+
+
+def _noop(*args):
+    return None
+
+
+def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
+    """µs per callback, less the same firing loop with a Python no-op callback."""
+    fn(), baseline()
+    t = min(timeit.repeat(fn, number=number, repeat=repeat))
+    b = min(timeit.repeat(baseline, number=number, repeat=repeat))
+    return (t - b) / number / calls * 1e6
+
+
+def run(depth: int) -> list[tuple[str, float]]:
+    hub = FakeHub()
+    region = FakeRegion()
+    hub.acquire(region)
+    rows = []
+    try:
+        cases, _keep = scenarios(hub, depth)
+        token = routing.regions.set((region,))
+        try:
+            for name, (fn, calls, base) in cases.items():
+                rows.append((f"in a region: {name}", measure(fn, calls, base)))
+                region.observations.clear()
+        finally:
+            routing.regions.reset(token)
+        for name, (fn, calls, base) in cases.items():  # a thread with no region
+            if "miss" not in name:
+                rows.append((f"no region: {name}", measure(fn, calls, base)))
+        fire = _internal_fire(depth)
+        one = [(0,)]
+        rows.append(("piece: site_and_phase (walk + Site)", measure(
+            lambda: fire(lambda _: attribution.site_and_phase(sys._getframe(1)), one), 1,
+            lambda: fire(lambda _: sys._getframe(1), one))))
+        rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
+        rows.append(("piece: threading.current_thread().name",
+                     measure(lambda: threading.current_thread().name, 1, _noop)))
+    finally:
+        hub.release(region)
+    assert hub.errors == 0, hub.errors
+    return rows
+
+
+def _read_table(paths) -> dict:
+    """name -> per-column minimum over the given result files of this script."""
+    rows: dict = {}
+    for p in paths:
+        with open(p) as fh:
+            for line in fh:
+                if line.startswith("| ") and not line.startswith("| path"):
+                    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                    vals = [float(v) for v in cells[1:]]
+                    rows[cells[0]] = [min(x, y) for x, y in zip(rows.get(cells[0], vals), vals)]
+    return rows
+
+
+def compare(before, after, out) -> None:
+    """One before/after table from alternating runs of two versions (minimum per cell)."""
+    b, a = _read_table(before), _read_table(after)
+    md = ["# cuda detector callback cost per callback on the CPU, before and after", "",
+          f"`bench/bench_callback.py`, the two versions run alternately ({len(before)} + "
+          f"{len(after)} runs) on a shared 2-core machine; each cell is the minimum over the runs, in "
+          "µs per callback (a copy or sync is ENTER+EXIT = 2 callbacks; the nested-sync row is 4). "
+          "`py`: our Python only; `thunk`: through the ctypes CFUNCTYPE with the GIL released and "
+          "re-taken, as when CUPTI calls us. N frames: torch-like frames between the user's line "
+          "and the CUDA call.", "",
+          "| path | before, 1 frame | after, 1 frame | before, 12 frames | after, 12 frames |",
+          "|---|---|---|---|---|"]
+    md += [f"| {k} | {b[k][0]:.2f} | {a[k][0]:.2f} | {b[k][1]:.2f} | {a[k][1]:.2f} |"
+           for k in a if k in b]
+    with open(out, "w") as fh:
+        fh.write("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE_GLOB", "AFTER_GLOB"),
+                    help="write --out as a before/after table from earlier runs' result files")
+    ap.add_argument("--frames", default="1,12",
+                    help="internal (torch-like) frames between the user's line and the callback: "
+                         "1 is a torch op called from the user's line, 12 a deep nn.Module chain")
+    a = ap.parse_args()
+    if a.compare:
+        import glob
+        compare(sorted(glob.glob(a.compare[0])), sorted(glob.glob(a.compare[1])), a.out)
+        return
+    depths = [int(x) for x in a.frames.split(",")]
+    cols = [dict(run(d)) for d in depths]
+    md = [f"# cuda detector callback cost on the CPU (fake libcupti) · python {sys.version.split()[0]}"
+          f" · torch {torch.__version__} · µs per callback, best of 15 repeats of 2,000", "",
+          "| path | " + " | ".join(f"{d} internal frame(s)" for d in depths) + " |",
+          "|---|" + "---|" * len(depths)]
+    md += [f"| {n} | " + " | ".join(f"{c[n]:.2f}" for c in cols) + " |" for n in cols[0]]
+    text = "\n".join(md) + "\n"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as fh:
+            fh.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Calibration: predictions made on the CPU against syncs measured on the H200.
+
+Agreement is counted per snippet (corpus) or per merge variant (cases): whether it syncs, the
+exact kinds (as a multiset), the line of every sync, crashes of code that runs on the CPU, and
+calls the predictor could not model. The reference run is the committed one of the torch
+version nearest to the predicted one; every disagreement is listed with what each side saw.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .derive import CorpusRun, measured_events
+from .rules import RuleTable
+
+__all__ = ["Row", "Calibration", "calibrate_corpus", "calibrate_cases", "nearest_run"]
+
+
+@dataclass
+class Row:
+    suite: str
+    name: str
+    measured: list[tuple[str, int | None]]  # (kind, line)
+    predicted: list[tuple[str, int | None]]
+    crashed: str | None = None
+    unmodelled: list[str] = field(default_factory=list)
+    expected_line: int | None = None
+    runnable_on_cpu: bool = True
+
+    @property
+    def whether_ok(self) -> bool:
+        """A call the predictor could not model makes the answer "unknown": never agreement."""
+        return (bool(self.measured) == bool(self.predicted) and not self.crashed
+                and not self.unmodelled)
+
+    @property
+    def kind_ok(self) -> bool:
+        return (Counter(k for k, _ in self.measured) == Counter(k for k, _ in self.predicted)
+                and not self.crashed and not self.unmodelled)
+
+    @property
+    def line_ok(self) -> bool | None:
+        """None when neither side has a sync (no line to compare)."""
+        if not self.measured or not self.predicted:
+            return None
+        lines = {ln for _, ln in self.measured}
+        return {ln for _, ln in self.predicted} <= lines
+
+    def disagreement(self) -> str | None:
+        bits = []
+        if self.crashed:
+            bits.append(f"raised on the CPU: {self.crashed}")
+        if Counter(k for k, _ in self.measured) != Counter(k for k, _ in self.predicted) \
+                and not self.crashed:
+            bits.append(f"measured {self.measured or 'clean'}, predicted {self.predicted or 'clean'}")
+        if self.line_ok is False:
+            bits.append(f"lines differ: measured {self.measured}, predicted {self.predicted}")
+        if self.unmodelled:
+            bits.append("not predicted: " + "; ".join(self.unmodelled[:3]))
+        return "; ".join(bits) or None
+
+
+@dataclass
+class Calibration:
+    suite: str
+    target: str  # the torch predicted for
+    reference: str  # the committed run compared with
+    rows: list[Row] = field(default_factory=list)
+
+    def _pct(self, ok: int, n: int) -> str:
+        return f"{ok}/{n} ({100.0 * ok / n:.1f}%)" if n else "n/a"
+
+    def stats(self) -> dict[str, Any]:
+        rows = [r for r in self.rows if r.runnable_on_cpu]
+        lines = [r.line_ok for r in rows if r.line_ok is not None]
+        return {
+            "suite": self.suite, "target": self.target, "reference": self.reference,
+            "items": len(self.rows), "runnable_on_cpu": len(rows),
+            "whether": [sum(r.whether_ok for r in rows), len(rows)],
+            "kind": [sum(r.kind_ok for r in rows), len(rows)],
+            "line": [sum(lines), len(lines)],
+            "crashes": sum(1 for r in rows if r.crashed),
+            "not_runnable_on_cpu": [r.name for r in self.rows if not r.runnable_on_cpu],
+            "with_unmodelled_calls": [r.name for r in rows if r.unmodelled],
+        }
+
+    def to_dict(self) -> dict:
+        return {"stats": self.stats(), "rows": [{
+            "name": r.name, "measured": r.measured, "predicted": r.predicted,
+            "crashed": r.crashed, "unmodelled": r.unmodelled,
+            "runnable_on_cpu": r.runnable_on_cpu, "whether_ok": r.whether_ok,
+            "kind_ok": r.kind_ok, "line_ok": r.line_ok} for r in self.rows]}
+
+    def markdown_row(self) -> str:
+        s = self.stats()
+        return (f"| {self.suite} | {self.target} | {self.reference} | {s['runnable_on_cpu']}"
+                f"/{s['items']} | {self._pct(*s['whether'])} | {self._pct(*s['kind'])} | "
+                f"{self._pct(*s['line'])} | {s['crashes']} | {len(s['with_unmodelled_calls'])} |")
+
+
+def nearest_run(runs: list, target: str, table: RuleTable) -> Any:
+    by_version = {r.torch: r for r in runs}
+    return by_version[table.nearest(list(by_version), target)]
+
+
+def _describe(u, root: str) -> str:
+    where = (f"{os.path.relpath(u.filename, root)}:{u.lineno}" if u.filename else "<unknown>")
+    return f"{u.why} at {where}"
+
+
+def _code(text: str) -> str:
+    return text.split("#", 1)[0].strip()
+
+
+def _line_mapper(root: str, report_rel: str, source_rel: str):
+    """Line of ``source_rel`` as the run saw it -> its line now, matched by code text
+    (comments dropped). The run saw the source of the parent of the commit that added the
+    report (results and source edits were committed together); a line that cannot be matched
+    to exactly one line now stays as recorded, and then counts as a line disagreement."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    try:
+        commit = git("log", "--format=%H", "-1", "--", report_rel).strip()
+        old = git("show", f"{commit}^:{source_rel}").splitlines() if commit else None
+        with open(os.path.join(root, source_rel), encoding="utf-8") as f:
+            now = f.read().splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        old = None
+
+    def remap(line):
+        if old is None or line is None or not 0 < line <= len(old):
+            return line
+        want = _code(old[line - 1])
+        hits = [i + 1 for i, text in enumerate(now) if want and _code(text) == want]
+        return hits[0] if len(hits) == 1 else line
+
+    return remap
+
+
+def calibrate_corpus(snippets, state, run: CorpusRun, target: str,
+                     table: RuleTable | None = None, root: str = ".") -> Calibration:
+    from . import predicting
+
+    cal = Calibration("corpus (tests/gpu/corpus.py)", target, run.path)
+    remap = _line_mapper(root, run.path, "tests/gpu/corpus.py")
+    with predicting(target, rules=table) as p:
+        st = state()
+        for snip in snippets:
+            s0, u0 = len(p.syncs), len(p.unmodelled)
+            crashed = None
+            try:
+                snip.fn(st)
+            except Exception as e:  # noqa: BLE001 - a crash is a finding, not a stop
+                crashed = f"{type(e).__name__}: {e}"
+            record = run.snippets.get(snip.name, {})
+            measured = [(e["kind"], remap(e["line"])) for e in measured_events(record)]
+            cal.rows.append(Row(cal.suite, snip.name, measured,
+                                [(e.kind, e.lineno) for e in p.syncs[s0:]], crashed,
+                                [_describe(u, root) for u in p.unmodelled[u0:]], snip.sync_line))
+    return cal
+
+
+def calibrate_cases(session_json: str, root: str, target: str,
+                    table: RuleTable | None = None) -> Calibration:
+    """Merge variants: measured = the syncs the GPU run allowed as ``declared:`` inside
+    ``test_declared_sync[variant]`` (the variant's own call, set-up excluded)."""
+    from cases.merge import VARIANTS, representative_inputs
+
+    from . import predicting
+
+    with open(session_json, encoding="utf-8") as f:
+        data = json.load(f)
+    cal = Calibration("cases/merge.py variants", target, os.path.relpath(session_json, root))
+    tests = {t["nodeid"]: t for t in data.get("tests", [])}
+    remap = _line_mapper(root, os.path.relpath(session_json, root), "cases/merge.py")
+    for name, v in VARIANTS.items():
+        test = tests.get(f"cases/test_merge.py::test_declared_sync[{name}]", {})
+        measured = [(e["kind"], remap(e.get("lineno"))) for e in test.get("allowed", []) + test.get("syncs", [])
+                    if (e.get("reason") or "").startswith("declared:")
+                    and (e.get("filename") or "").endswith("merge.py")]
+        with predicting(target, rules=table) as p:
+            x, mask, mm = representative_inputs(name, 256, 64)
+            s0, u0 = len(p.syncs), len(p.unmodelled)
+            crashed = None
+            try:
+                v.fn(x, mask, mm)
+            except Exception as e:  # noqa: BLE001
+                crashed = f"{type(e).__name__}: {e}"
+            predicted = [(e.kind, e.lineno) for e in p.syncs[s0:]]
+            unmodelled = [_describe(u, root) for u in p.unmodelled[u0:]]
+        runnable = not (v.needs_triton_on_cuda and crashed and "triton" in crashed)
+        cal.rows.append(Row(cal.suite, name, measured, predicted, crashed, unmodelled,
+                            runnable_on_cpu=runnable))
+    return cal
+
+
+def calibrate_held_out(snippets, state, runs: list, run: CorpusRun, target: str,
+                       root: str = ".") -> Calibration:
+    """Leave one snippet out: its rules are derived from the other snippets' runs only, then
+    it is predicted. The plain corpus calibration tests the table on the runs it was learned
+    from; this one says how the table does on code it has not seen."""
+    from .derive import derive, observe_snippets
+
+    calls, _ = observe_snippets(snippets, state)
+    cal = Calibration("corpus, each snippet held out of the rules", target, run.path)
+    for snip in snippets:
+        others = [s for s in snippets if s is not snip]
+        table = derive(runs, others, calls).table
+        one = calibrate_corpus([snip], state, run, target, table, root)
+        cal.rows.extend(one.rows)
+    return cal

@@ -1,0 +1,158 @@
+"""The function mode and the dispatch mode of the predictor (see engine.py for why two)."""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from .engine import Predictor, _first_index, _rewrap, active, cuda_index
+from .facts import copy_facts, is_device_kernel, op_facts, op_name
+from .tensors import is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
+
+__all__ = ["PredictFunctionMode", "PredictDispatchMode"]
+
+_TO_COPY = "aten::_to_copy"
+_DATA_CONSTRUCTORS = {"tensor", "as_tensor", "asarray"}
+_NUMPY_ERROR = ("can't convert cuda:{} device type tensor to numpy. Use Tensor.cpu() to copy "
+                "the tensor to host memory first.")
+
+
+def _tensor_method(func) -> str | None:
+    name = getattr(func, "__name__", None)
+    return name if name is not None and getattr(torch.Tensor, name, None) is func else None
+
+
+class _Collecting:
+    """Both modes report to the innermost collector on this thread: a ``predicted()`` region
+    inside the block, else the block's own predictor."""
+
+    def __init__(self, predictor: Predictor):
+        super().__init__()
+        self._own = predictor
+
+    @property
+    def p(self) -> Predictor:
+        return active() or self._own
+
+
+class PredictFunctionMode(_Collecting, TorchFunctionMode):
+    """Device arguments and host<->device moves, as the user wrote them."""
+
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        method = _tensor_method(func)
+        if method in ("to", "cuda", "cpu"):
+            return self._move(method, args, kwargs)
+        if method == "tolist" and is_standin(args[0]):
+            self._copy_event(True, False, None, False)
+            return unwrap(args[0]).tolist()
+        if method in ("numpy", "__array__") and is_standin(args[0]):
+            raise TypeError(_NUMPY_ERROR.format(args[0]._sg_index))
+        if method == "pin_memory":
+            if is_standin(args[0]):
+                raise RuntimeError("cannot pin 'torch.cuda' tensor: only dense CPU tensors can "
+                                   "be pinned")
+            return mark_pinned(args[0].clone())
+        if method == "is_pinned":
+            return is_marked_pinned(args[0])
+        if method == "record_stream":
+            return None
+        index = cuda_index(kwargs.get("device"))
+        pinned = kwargs.get("pin_memory") is True
+        if index is not None:
+            kwargs["device"] = "cpu"
+        if pinned:
+            kwargs["pin_memory"] = False
+        if (index is not None and getattr(func, "__name__", "") in _DATA_CONSTRUCTORS
+                and args and not isinstance(args[0], torch.Tensor)):
+            # data from Python goes to the device by a blocking copy from pageable memory
+            self._copy_event(False, True, None, False)
+        out = func(*args, **kwargs)
+        if index is not None:
+            out = tree_map(lambda o: wrap(o, index) if isinstance(o, torch.Tensor) else o, out)
+        if pinned:
+            tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
+        return out
+
+    def _copy_event(self, src_cuda: bool, dst_cuda: bool, host, non_blocking: bool) -> None:
+        self.p.decide(_TO_COPY, copy_facts(src_cuda, dst_cuda, host, non_blocking))
+
+    def _move(self, method: str, args, kwargs):
+        src, rest = args[0], args[1:]
+        src_cuda = is_standin(src)
+        if method == "cpu":
+            index, dtype, non_blocking, fmt, copy = None, None, False, None, False
+            dst_cuda = False
+        elif method == "cuda":
+            dev = kwargs.pop("device", rest[0] if rest else None)
+            index = cuda_index("cuda" if dev is None else dev)
+            if index is None:
+                index = int(dev) if isinstance(dev, int) else 0
+            dtype, non_blocking = None, bool(kwargs.get("non_blocking", False))
+            fmt, copy, dst_cuda = kwargs.get("memory_format"), False, True
+        else:
+            copy = bool(kwargs.pop("copy", False))
+            if rest and isinstance(rest[0], torch.Tensor):
+                other = rest[0]
+                dev, dtype = other.device, other.dtype
+                non_blocking = bool(rest[1] if len(rest) > 1 else kwargs.get("non_blocking", False))
+                fmt = kwargs.get("memory_format")
+            else:
+                dev, dtype, non_blocking, fmt = torch._C._nn._parse_to(*rest, **kwargs)
+            index = cuda_index(dev)
+            dst_cuda = src_cuda if dev is None else index is not None
+        elem = unwrap(src)
+        if dst_cuda == src_cuda:
+            out = elem.to(dtype=dtype, copy=copy, memory_format=fmt or torch.preserve_format)
+            if out is elem:
+                return src
+            return wrap(out, src._sg_index if src_cuda else index or 0) if dst_cuda else out
+        self._copy_event(src_cuda, dst_cuda, elem if not src_cuda else None, non_blocking)
+        out = elem.to(dtype=dtype, copy=True, memory_format=fmt or torch.preserve_format)
+        return wrap(out, index or 0) if dst_cuda else out
+
+
+class PredictDispatchMode(_Collecting, TorchDispatchMode):
+    """Every aten op: stand-ins unwrapped, the table asked, outputs labelled again."""
+
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        index = cuda_index(kwargs.get("device"))
+        cuda = index is not None
+        if cuda:
+            kwargs["device"] = torch.device("cpu")
+        pinned = kwargs.get("pin_memory") is True
+        if pinned:
+            kwargs["pin_memory"] = False
+        flat = [a for a in list(args) + list(kwargs.values())]
+        touched = cuda or any(is_standin(x) for a in flat
+                              for x in (a if isinstance(a, (list, tuple)) else (a,)))
+        if touched and not cuda:
+            index = _first_index(args, kwargs)
+        if touched and func._schema.name != "aten::_to_copy" and not (cuda and not any(
+                isinstance(a, torch.Tensor) for a in args)):
+            name = op_name(func)
+            self.p.decide(name, op_facts(func, args, kwargs),
+                          device_kernel=is_device_kernel(func, args, kwargs))
+        elif touched and func._schema.name == "aten::_to_copy":
+            self._to_copy(args, kwargs, cuda)
+        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        wrap_out = touched and not (func._schema.name == "aten::_to_copy" and not cuda
+                                    and kwargs.get("device") is not None)
+        out = _rewrap(out, args, kwargs, wrap_out, index or 0)
+        if pinned:
+            tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
+        return out
+
+    def _to_copy(self, args, kwargs, to_cuda: bool) -> None:
+        """``_to_copy`` issued by torch's own code (e.g. torch.tensor(data, device=...))."""
+        src = args[0]
+        src_cuda = is_standin(src)
+        dst_cuda = to_cuda or (src_cuda and kwargs.get("device") is None)
+        if src_cuda != dst_cuda:
+            self.p.decide("aten::_to_copy", copy_facts(src_cuda, dst_cuda,
+                                                       None if src_cuda else src,
+                                                       kwargs.get("non_blocking", False)))

@@ -1,0 +1,148 @@
+"""The rules table: which operations make the host wait, keyed by op and argument facts, per
+measured torch version. The table is data (``rules.json``), derived from committed GPU runs by
+``tools/predict_rules.py``; this module only reads it and answers look-ups.
+
+Why "nearest measured version" rather than ranges typed by hand: a range boundary is a claim
+that needs a run on each side of it. The table records, per key, what each measured torch did;
+a look-up for another version uses the nearest measured one and says which (the note on every
+predicted event), so an unmeasured boundary (e.g. 2.9, between 2.8.0 and 2.11.0) shows up as a
+named guess, not as a silent fact. A later GPU run adds versions or keys by re-deriving.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["RULES_PATH", "RULES_KIND", "Verdict", "RuleTable", "load_rules", "fact_key",
+           "version_tuple", "MODELLED_FACTS"]
+
+RULES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules.json")
+RULES_KIND = "syncguard-predict-rules"
+RULES_SCHEMA = 1
+
+#: The argument facts the predictor extracts (documentation for the table's readers; the
+#: extraction lives in facts.py).
+MODELLED_FACTS = {
+    "mask": "bool/uint8 index tensor of an index op: 'cpu' or 'cuda'",
+    "index": "integer index tensor of an index op: 'cpu' or 'cuda'",
+    "accumulate": "index_put's accumulate flag",
+    "output_size": "repeat_interleave: 'given' or 'absent'",
+    "direction": "copy between host and device: 'h2d', 'd2h' or 'd2d'",
+    "host": "host side of a copy: 'pinned' or 'pageable'",
+    "non_blocking": "the copy's non_blocking flag",
+    "cached_free": "empty_cache(): device blocks were freed into the cache since the last one",
+}
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", str(version))
+    if not m:
+        raise ValueError(f"cannot read a torch version from {version!r}")
+    return int(m[1]), int(m[2]), int(m[3] or 0)
+
+
+def fact_key(op: str, facts: Mapping[str, Any]) -> str:
+    """One stable string per (op, facts): the table's key."""
+    inner = ",".join(f"{k}={facts[k]}" for k in sorted(facts))
+    return f"{op}[{inner}]"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the table says about one op call."""
+
+    status: str  # "rule" (measured key), "class" (measured class of ops), "unmodelled"
+    syncs: tuple[Mapping[str, Any], ...] = ()  # each {"kind", "api", "via"}
+    torch: str | None = None  # the measured torch version whose rules were used
+    evidence: tuple[str, ...] = ()
+    why: str | None = None  # for "unmodelled"
+
+
+@dataclass
+class RuleTable:
+    """Rules keyed by :func:`fact_key`; each maps a measured torch version to its syncs."""
+
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def versions(self) -> list[str]:
+        seen = {v for r in self.rules.values() for v in r["torch"]}
+        return sorted(seen, key=version_tuple)
+
+    def nearest(self, measured: list[str], target: str) -> str | None:
+        """The measured version nearest to ``target`` (minor steps; ties go to the older)."""
+        if not measured:
+            return None
+        t = version_tuple(target)
+
+        def distance(v: str) -> tuple[int, int]:
+            m = version_tuple(v)
+            return (abs((m[0] * 1000 + m[1]) - (t[0] * 1000 + t[1])), abs(m[2] - t[2])), m
+
+        return min(measured, key=distance)
+
+    def lookup(self, op: str, facts: Mapping[str, Any], target: str, *,
+               device_kernel: bool = False) -> Verdict:
+        """The verdict for ``op`` with ``facts`` on torch ``target``. ``device_kernel`` says
+        the call is of the measured class "every tensor on the device, static output shape"."""
+        rule = self.rules.get(fact_key(op, facts))
+        if rule is not None:
+            return self._verdict("rule", rule, target)
+        if device_kernel and "device_kernel" in self.classes:
+            return self._verdict("class", self.classes["device_kernel"], target)
+        known = sorted(k for k in self.rules if k.startswith(op + "["))
+        why = f"{fact_key(op, facts)}: no committed GPU run measured this op with these facts"
+        if known:
+            why += f" (measured: {', '.join(known)})"
+        return Verdict("unmodelled", why=why)
+
+    def _verdict(self, status: str, rule: Mapping[str, Any], target: str) -> Verdict:
+        per = rule["torch"]
+        version = self.nearest(list(per), target)
+        entry = per[version]
+        return Verdict(status, tuple(entry["syncs"]), version, tuple(entry.get("evidence", ())))
+
+    # -----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"schema_version": RULES_SCHEMA, "kind": RULES_KIND,
+                "generated_by": "tools/predict_rules.py derive (do not edit by hand)",
+                "facts": MODELLED_FACTS, "sources": self.sources,
+                "classes": {k: self.classes[k] for k in sorted(self.classes)},
+                "rules": {k: self.rules[k] for k in sorted(self.rules)}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "rules") -> "RuleTable":
+        if not isinstance(data, dict) or data.get("kind") != RULES_KIND:
+            raise ValueError(f"{where} is not a syncguard predict rules table")
+        if data.get("schema_version") != RULES_SCHEMA:
+            raise ValueError(f"{where} has schema_version {data.get('schema_version')!r}; "
+                             f"this syncguard reads {RULES_SCHEMA}")
+        return cls(dict(data.get("rules", {})), dict(data.get("classes", {})),
+                   list(data.get("sources", [])))
+
+
+_cache: dict[str, RuleTable] = {}
+
+
+def load_rules(path: str | None = None) -> RuleTable:
+    """The table at ``path`` (default: the packaged rules.json), read once per path."""
+    path = os.path.abspath(path or RULES_PATH)
+    if path not in _cache:
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"no predict rules table at {path}; run tools/predict_rules.py "
+                             "derive") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"predict rules table {path} is not valid JSON: {e}") from None
+        _cache[path] = RuleTable.from_dict(data, path)
+    return _cache[path]

@@ -1,0 +1,146 @@
+"""Tensors that stand for CUDA tensors while their data lives on the CPU.
+
+Why a wrapper subclass whose *C++* device is the CPU: a CPU build of torch refuses a CUDA
+device long before dispatch (device guards in the Python bindings, lazy-init asserts), so a
+tensor that told C++ it was on CUDA could not even be indexed. The stand-in therefore keeps the
+CPU as its real device and answers ``.device``, ``.is_cuda`` and ``.get_device()`` as a CUDA
+tensor would, at the Python level, where user code reads them. What it "would be on" travels
+through dispatch because every op on a stand-in reaches the predictor's dispatch mode, which
+unwraps, runs the CPU kernel and wraps the outputs again (the shape of ``FakeTensor``).
+
+Pinned host memory cannot exist on a CPU build either, so "this CPU tensor would be pinned" is
+remembered beside the tensor (a weak set) rather than in it.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+__all__ = ["CudaStandIn", "wrap", "unwrap", "is_standin", "mark_pinned", "is_marked_pinned",
+           "FREES"]
+
+
+class CudaStandIn(torch.Tensor):
+    """A tensor that would be on ``cuda:<index>``; its data is ``self._sg_elem`` on the CPU."""
+
+    _sg_elem: torch.Tensor
+    _sg_index: int
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, index: int = 0):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), storage_offset=elem.storage_offset(),
+            dtype=elem.dtype, layout=elem.layout, device=elem.device,
+            requires_grad=elem.requires_grad)
+        r._sg_elem = elem.detach() if elem.requires_grad else elem
+        r._sg_index = index
+        FREES.track(r, elem)
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Reached only where no predicting() dispatch mode is active (another thread, or a
+        # stand-in kept past the block): run on the CPU, keep the CUDA label, and let the
+        # predictor say it could not see this op.
+        from .engine import dispatch_unobserved
+
+        return dispatch_unobserved(func, args, kwargs or {})
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", self._sg_index)
+
+    @property
+    def is_cuda(self) -> bool:  # type: ignore[override]
+        return True
+
+    @property
+    def is_cpu(self) -> bool:  # type: ignore[override]
+        return False
+
+    def get_device(self) -> int:  # type: ignore[override]
+        return self._sg_index
+
+    def __repr__(self, *, tensor_contents=None) -> str:  # type: ignore[override]
+        return f"{self._sg_elem!r} (predicted on cuda:{self._sg_index})"
+
+
+def is_standin(x) -> bool:
+    return isinstance(x, CudaStandIn)
+
+
+def wrap(t, index: int = 0):
+    """Label a CPU tensor as a CUDA tensor (stand-ins pass through)."""
+    if isinstance(t, torch.Tensor) and not isinstance(t, CudaStandIn):
+        return CudaStandIn(t, index)
+    return t
+
+
+def unwrap(x):
+    return x._sg_elem if isinstance(x, CudaStandIn) else x
+
+
+# ---------------------------------------------------------------------------------------------
+# Host memory that would be pinned
+
+_pinned: dict[int, weakref.ref] = {}  # id -> weak reference (tensors compare elementwise)
+
+
+def mark_pinned(t: torch.Tensor) -> torch.Tensor:
+    key = id(t)
+    _pinned[key] = weakref.ref(t, lambda _r, key=key: _pinned.pop(key, None))
+    return t
+
+
+def is_marked_pinned(t: torch.Tensor) -> bool:
+    ref = _pinned.get(id(t))
+    return ref is not None and ref() is t
+
+
+# ---------------------------------------------------------------------------------------------
+# Device memory given back to the caching allocator: what makes empty_cache() call cudaFree
+
+class _Frees:
+    """Counts storages of stand-ins whose last stand-in died: on a GPU their blocks would sit
+    in the caching allocator, and ``torch.cuda.empty_cache()`` would release them (cudaFree,
+    which waits for the device)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, int] = {}
+        self.freed_bytes = 0
+
+    def track(self, standin: CudaStandIn, elem: torch.Tensor) -> None:
+        try:
+            storage = elem.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key, nbytes = storage.data_ptr(), storage.nbytes()
+        if not nbytes:
+            return
+        with self._lock:
+            self._live[key] = self._live.get(key, 0) + 1
+        # the elem keeps the storage alive as long as the stand-in lives
+        weakref.finalize(standin, self._release, key, nbytes)
+
+    def _release(self, key: int, nbytes: int) -> None:
+        with self._lock:
+            left = self._live.get(key, 1) - 1
+            if left <= 0:
+                self._live.pop(key, None)
+                self.freed_bytes += nbytes
+            else:
+                self._live[key] = left
+
+    def take(self) -> int:
+        """Bytes freed since the last call (what an empty_cache() would release)."""
+        with self._lock:
+            freed, self.freed_bytes = self.freed_bytes, 0
+            return freed
+
+
+FREES = _Frees()

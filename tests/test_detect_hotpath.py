@@ -1,0 +1,144 @@
+"""The cuda detector's hot-path caches and fast constructors (CPU only, no CUDA, no libcupti).
+
+The caches in syncguard.attribution never need invalidating: a code object's co_filename,
+co_name and co_firstlineno are immutable, so "is this frame internal" (a function of co_filename
+and torch's directory) and the Site built from a chain of (code, lineno) pairs cannot change for
+the same key. What these tests check is that the cached answers equal what the frames say,
+computed here by hand, that a different line gives a different site, and that the caches stay
+bounded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import pytest
+
+from syncguard import attribution, routing
+from syncguard.attribution import Site
+
+
+def _expected_site(frame, depth=attribution.STACK_DEPTH) -> Site:
+    """Built from the frames directly, without syncguard's walk or caches."""
+    frames = []
+    f = frame
+    while f is not None and len(frames) < depth:
+        frames.append(f)
+        f = f.f_back
+    top = frames[0]
+    return Site(top.f_code.co_filename, top.f_lineno, top.f_code.co_name,
+                tuple(f"{g.f_code.co_filename}:{g.f_lineno} in {g.f_code.co_name}" for g in frames))
+
+
+def _here():
+    return attribution.user_site(), _expected_site(sys._getframe())
+
+
+def test_user_site_equals_the_frames_and_is_reused_for_the_same_line():
+    sites = [_here() for _ in range(3)]  # the same line three times: one cached Site
+    for got, want in sites:
+        assert got == want
+    assert sites[0][0] is sites[1][0] is sites[2][0]
+    other = _here()  # called from another line of this test: another site
+    assert other[0] == other[1] and other[0].stack[1] != sites[0][0].stack[1]
+
+
+def test_site_and_phase_matches_user_site_from_inside_a_callback_like_call():
+    def callback():  # a frame of the user's (tests/ is not internal): it is the site
+        return attribution.site_and_phase(sys._getframe()), _expected_site(sys._getframe())
+    (site, phase), want = callback()
+    assert site == want and site.function == "callback" and phase == attribution.RUN
+
+
+def test_internal_frames_are_skipped_and_classified_once_per_code_object():
+    torch = pytest.importorskip("torch")
+    import os
+
+    src = "def f(fn):\n    return fn()\n"
+    ns: dict = {}
+    fake_torch_file = os.path.join(os.path.dirname(torch.__file__), "fake_hotpath_frame.py")
+    exec(compile(src, fake_torch_file, "exec"), ns)
+    # starting at the "torch" frame f, the walk skips it and stops at this test's line
+    (site, _), want = ns["f"](lambda: (attribution.site_and_phase(sys._getframe(1)),
+                                       _expected_site(sys._getframe(2))))
+    assert site == want and site.function.startswith("test_internal_frames")
+    code = ns["f"].__code__
+    assert attribution._code_cache[id(code)] == (1, code)  # internal, not a graph set-up frame
+    assert attribution.is_internal(code.co_filename)  # the uncached answer agrees
+
+
+def test_equal_code_objects_from_different_files_get_their_own_sites():
+    """CPython's code equality ignores co_filename: the cache must not confuse them."""
+    src = "import sys\ndef f():\n    return sys._getframe()\n"
+    frames = []
+    for name in ("test_m.py", "test_h.py"):
+        ns: dict = {}
+        exec(compile(src, name, "exec"), ns)
+        frames.append(ns["f"]())
+    assert frames[0].f_code == frames[1].f_code  # the trap itself
+    sites = [attribution._site_at(f, 1) for f in frames]
+    assert [s.filename for s in sites] == ["test_m.py", "test_h.py"]
+
+
+def test_caches_are_bounded(monkeypatch):
+    monkeypatch.setattr(attribution, "_CACHE_MAX", 4)
+    attribution._site_cache.clear()
+    codes = [compile(f"import sys\nx{i} = sys._getframe()", f"gen{i}.py", "exec") for i in range(10)]
+    for c in codes:
+        ns: dict = {}
+        exec(c, ns)
+        attribution._site_at(ns[f"x{codes.index(c)}"], 8)
+        assert len(attribution._site_cache) <= 4
+
+
+def test_observation_quick_equals_the_dataclass_constructor():
+    site = Site("a.py", 3, "f", ("a.py:3 in f",))
+    kw = dict(source="cuda", site=site, thread="MainThread", api="cudaMemcpyAsync", kind=None,
+              t_ns=5, blocked_us=1.5, phase="run", detail=None, allows=())
+    fast, slow = routing.Observation.quick(**kw), routing.Observation(**kw)
+    assert fast == slow and dataclasses.asdict(fast) == dataclasses.asdict(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.api = "x"
+    with pytest.raises(TypeError, match="unknown"):
+        routing.Observation.quick(**kw, bogus=1)
+    with pytest.raises(TypeError, match="missing"):
+        routing.Observation.quick(source="cuda")
+
+
+def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_pairing():
+    """Fake libcupti (tests/test_detect.py's FakeHub), fake callback data: an async pinned H2D
+    copy, a D2D copy, then a stream sync on the same line. The D2D copy sits between them, so the
+    H2D copy is judged alone (pinned: no wait) and the sync is a plain stream sync."""
+    import ctypes
+
+    from syncguard.detectors import cupti as C
+    from syncguard.detectors.cuda import combine
+    from tests.test_detect import FakeHub, FakeRegion
+
+    hub, region = FakeHub(), FakeRegion()
+    hub.acquire(region)
+    h2d = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+    d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
+    sync = C.StreamParams(stream=0)
+
+    def fire(cbid, site, corr, params):
+        data = C.CallbackData(callbackSite=site, correlationId=corr,
+                              functionParams=ctypes.addressof(params))
+        hub._callback(None, 2, cbid, ctypes.addressof(data))
+
+    token = routing.regions.set((region,))
+    try:
+        for cbid, corr, params in ((41, 1, h2d), (41, 2, d2d), (131, 3, sync)):
+            fire(cbid, C.API_ENTER, corr, params)
+            fire(cbid, C.API_EXIT, corr, params)
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert hub.errors == 0
+    obs = region.observations
+    assert [o.detail.direction for o in obs[:2]] == ["h2d", "d2d"]
+    assert obs[1].site == Site() and obs[0].site.filename == __file__
+    events, notes = combine(obs, {1: (1, 2, 3)})  # the H2D copy's host memory: pinned
+    assert [e.kind for e, _, _ in events] == ["stream_sync"] and notes == []
+    events, _ = combine([obs[0], obs[2]], {1: (1, 2, 3)})  # without the D2D copy they pair
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_h2d"]
