@@ -23,7 +23,7 @@ HEADER = ("| suite | predicted for torch | compared with (H200 run) | runnable o
 def main() -> int:
     import torch
 
-    from syncguard.report import write_atomic
+    from syncguard.sessionfile import write_atomic
 
     from syncguard.predict.calibrate import calibrate_cases, calibrate_corpus, nearest_run
     from syncguard.predict.derive import load_corpus_runs

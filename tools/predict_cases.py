@@ -150,7 +150,7 @@ def main() -> int:
     import torch
 
     from syncguard.predict.rules import load_rules
-    from syncguard.report import write_atomic
+    from syncguard.sessionfile import write_atomic
 
     target = torch.__version__.split("+")[0]
     table = load_rules()

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         return 2
     from syncguard.predict.derive import derive, load_corpus_runs, observe_snippets
     from syncguard.predict.rules import RULES_PATH
-    from syncguard.report import write_atomic
+    from syncguard.sessionfile import write_atomic
     from tests.gpu import corpus
 
     d, problems = None, []
