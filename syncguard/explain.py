@@ -113,7 +113,8 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     for i, e in enumerate(rows[:max_rows], 1):
         n = e.count
         blocked = _blocked(e)
-        what = "\n".join(x for x in (e.kind + (f" x{n}" if n > 1 else ""), e.api, e.op) if x)
+        what = "\n".join(x for x in (_predicted(e) + e.kind + (f" x{n}" if n > 1 else ""),
+                                     e.api, e.op) if x)
         where = _short(e.filename, e.lineno) + (f"\n{source_line(e)}" if source_line(e) else "")
         where += "".join(f"\n{label} {_frame(f)}" for label, f in _library_frames(e))
         table.add_row(str(i), Text(where), Text(what), Text(e.thread or "-"), blocked)
@@ -131,6 +132,8 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     for r in report.races:
         console.print(f"race: {r.what} on {r.tensor or '?'} at {_short(r.filename, r.lineno)}",
                       markup=False)
+    for u in report.not_predicted:
+        console.print(u, markup=False)
     if report.allowed:
         console.print(f"{len(report.allowed)} allowed sync(s): " + "; ".join(
             f"{_short(e.filename, e.lineno)} ({e.reason})" for e in
@@ -169,6 +172,11 @@ def _library_frames(r: SiteRecord) -> list[tuple[str, str]]:
     return out
 
 
+def _predicted(e: SyncEvent | SiteRecord) -> str:
+    """The label every view puts on a sync the predict detector predicted, not measured."""
+    return "predicted " if "predict" in (e.detectors or ()) else ""
+
+
 def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:
     """The sites of ``which`` records (syncs, outside) that synced most across the session."""
     sites: Counter = Counter()
@@ -179,7 +187,7 @@ def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:
             k = (r.kind, r.api, r.op, r.filename, r.lineno)
             sites[k] += r.count
             tests_at.setdefault(k, set()).add(t.nodeid)
-            label[k] = f"{_short(r.filename, r.lineno)}  {r.kind} {r.op or r.api}"
+            label[k] = f"{_short(r.filename, r.lineno)}  {_predicted(r)}{r.kind} {r.op or r.api}"
     return [f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))"
             for k, n in sites.most_common(top)]
 

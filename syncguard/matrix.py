@@ -193,7 +193,8 @@ def _phrase(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
     if isinstance(e, RaceEvent) or e.kind == RACE:
         text = f"race: {getattr(e, 'what', None) or '?'}"
     else:
-        text = e.api or e.kind or "?"
+        text = ("predicted " if "predict" in (getattr(e, "detectors", None) or ()) else "")
+        text += e.api or e.kind or "?"
         outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
         text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
         phase = phase or e.phase

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import threading
 from typing import Iterable
 
@@ -29,7 +30,7 @@ from .routing import allows as _allows, deliver as _deliver, ids as _ids, region
 from .detect import MARKER
 from .phases import fails, not_failing_reason, parse_phases
 
-KNOWN_DETECTORS = ALL_DETECTORS + ("fake",)
+KNOWN_DETECTORS = ALL_DETECTORS + ("fake", "predict")
 
 
 def parse_detectors(value: str | Iterable[str], where: str = "detectors") -> tuple[str, ...]:
@@ -104,9 +105,15 @@ class Region:
     """
 
     def __init__(self, detectors: str | Iterable[str] = DETECTORS, races: bool = False,
-                 raise_on_exit: bool = False, fail_on_phases: str | Iterable[str] = ()):
-        self.detectors = parse_detectors(detectors)
-        self.races = bool(races)
+                 raise_on_exit: bool = False, fail_on_phases: str | Iterable[str] = (),
+                 predict: bool = False):
+        # predict: the region predicts syncs on CPU stand-ins instead of measuring them
+        # (detectors/predicted.py); no race detection there (it needs CUDA's sanitizer). Inside
+        # an open predicting() block (pytest --syncguard-predict) every region predicts: the
+        # tensors there are stand-ins that no GPU detector could see.
+        predict = predict or _inside_prediction()
+        self.detectors = ("predict",) if predict else parse_detectors(detectors)
+        self.races = bool(races) and not predict
         self.raise_on_exit = raise_on_exit
         self.fail_on_phases = parse_phases(fail_on_phases, "fail_on_phases")
         self.report = Report(detectors=())
@@ -143,7 +150,7 @@ class Region:
         return self.report
 
     def _cuda_unavailable(self) -> str | None:
-        if "fake" in self.detectors:
+        if "fake" in self.detectors or "predict" in self.detectors:
             return None
         try:
             import torch
@@ -156,6 +163,8 @@ class Region:
 
     def _arm(self) -> None:
         names, why = registry.resolve(self.detectors)
+        if names == ("predict",):
+            why = "predict: syncs predicted on the CPU from rules measured on a GPU, not measured"
         notes = []
         for det in registry.ordered(names):
             try:
@@ -254,13 +263,21 @@ class Region:
             else:
                 self.report.syncs.append(ev)
 
+def _inside_prediction() -> bool:
+    mod = sys.modules.get("syncguard.predict")  # never imported here: it needs torch
+    return mod is not None and not is_tracing() and mod.session_active()
+
+
 def audit(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-          fail_on_phases: str | Iterable[str] = ()) -> Region:
-    """Record every sync in the block; never raises for one. ``as report`` gives the Report."""
-    return Region(detectors, races=races, fail_on_phases=fail_on_phases)
+          fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+    """Record every sync in the block; never raises for one. ``as report`` gives the Report.
+    ``predict=True``: predict the block's syncs on the CPU (syncguard.predict) instead."""
+    return Region(detectors, races=races, fail_on_phases=fail_on_phases, predict=predict)
 
 
 def forbid(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-           fail_on_phases: str | Iterable[str] = ()) -> Region:
-    """Like audit(), but raise SyncError on exit if any sync (or race) was not allowed."""
-    return Region(detectors, races=races, raise_on_exit=True, fail_on_phases=fail_on_phases)
+           fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+    """Like audit(), but raise SyncError on exit if any sync (or race) was not allowed; with
+    ``predict=True`` a predicted sync raises (calls not predicted are in the report, not raised)."""
+    return Region(detectors, races=races, raise_on_exit=True, fail_on_phases=fail_on_phases,
+                  predict=predict)

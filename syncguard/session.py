@@ -75,6 +75,7 @@ def merged(reports: list[RegionReport]) -> RegionReport:
         out.allowed += r.allowed
         out.races += r.races
         out.notes += [n for n in r.notes if n not in out.notes]
+        out.not_predicted += r.not_predicted
     return out
 
 
@@ -98,6 +99,11 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
     else:
         audit_state = "syncs" if syncs or rep.races else "allowed" if allowed else "clean"
         reason = reason or ("; ".join(rep.notes) or None)
+        if rep.not_predicted:  # what the predictor could not see is never reported clean
+            unseen = (f"{len(rep.not_predicted)} call(s) not predicted, first: "
+                      f"{rep.not_predicted[0]}")
+            audit_state = audit_state if audit_state == "syncs" else "not_audited"
+            reason = unseen if audit_state == "not_audited" else f"{reason}; {unseen}"
     measurements: dict[str, Any] = {}
     for name, value in item.user_properties:
         if name == MEASUREMENTS_PROPERTY and isinstance(value, dict):
@@ -193,6 +199,13 @@ class SyncguardSession:
             self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
         except ValueError as e:
             raise pytest.UsageError(f"syncguard: {e}") from None
+        self.prediction = None  # --syncguard-predict: the session's predicting() block
+        if self.settings.predict and self.settings.enabled:
+            from .predict import predicting
+
+            # open before collection: tests and skip conditions see torch.cuda.is_available()
+            self.prediction = predicting()
+            self.prediction.__enter__()
         if self.settings.report and not self.is_worker and not self.settings.child:
             path = Path(config.invocation_params.dir, self.settings.report)
             try:
@@ -226,6 +239,11 @@ class SyncguardSession:
         if self.is_worker and rep.passed:
             _fail_on_bad_markers(rep, self.settings, self.scope_for)
         return rep
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.prediction is not None:
+            block, self.prediction = self.prediction, None
+            block.__exit__(None, None, None)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.settings.child:
@@ -269,7 +287,8 @@ class SyncguardSession:
             state.reason = f"not run: CUDA context poisoned by {self.poison.poisoned_by[0]}"
             self.poison.refuse_if_poisoned()
         if not self.warmed:
-            warmup.cuda_warmup(self.worker_id, self.settings.detectors)
+            if not self.settings.predict:  # predicted: no CUDA context to warm up
+                warmup.cuda_warmup(self.worker_id, self.settings.detectors)
             self.config.hook.pytest_syncguard_warmup(config=self.config)
             warmup.synchronize_if_initialised()
             self.warmed = True
