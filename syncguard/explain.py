@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Iterable
 
 from . import alternatives
+from .detectors.predicted import label as _predicted
 from .aggregate import SiteRecord, aggregate, total
 from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
@@ -170,11 +171,6 @@ def _library_frames(r: SiteRecord) -> list[tuple[str, str]]:
     if r.user_frame and not r.user_frame.startswith(site):
         out.append(("user frame", r.user_frame))
     return out
-
-
-def _predicted(e: SyncEvent | SiteRecord) -> str:
-    """The label every view puts on a sync the predict detector predicted, not measured."""
-    return "predicted " if "predict" in (e.detectors or ()) else ""
 
 
 def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 
 from .events import RACE, RaceEvent, SchemaError, SyncEvent
 from . import provenance, timing
+from .detectors.predicted import label as predicted_label
 from .sessionfile import TestEntry, run_label
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
@@ -193,8 +194,7 @@ def _phrase(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
     if isinstance(e, RaceEvent) or e.kind == RACE:
         text = f"race: {getattr(e, 'what', None) or '?'}"
     else:
-        text = ("predicted " if "predict" in (getattr(e, "detectors", None) or ()) else "")
-        text += e.api or e.kind or "?"
+        text = predicted_label(e) + (e.api or e.kind or "?")
         outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
         text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
         phase = phase or e.phase

@@ -215,20 +215,15 @@ def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
                      ignore: Any = None) -> dict[str, Any]:
     """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=, scope=, ignore=)``: opt
     in, override (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
-    out: dict[str, Any] = {}
-    if fail_on_phase is not None:
-        out["fail_on_phase"] = parse_phases(fail_on_phase, "fail_on_phase")
-    if scope is not None:
-        out["scope"] = _list(scope, "scope")
-    if ignore is not None:
-        out["ignore"] = _list(ignore, "ignore")
-    if mode is not None:
-        out["mode"] = _mode(mode, "mode")
-    if detectors is not None:
-        out["detectors"] = parse_detectors(detectors, "detectors")
-    if races is not None:
-        out["races"] = _bool(races, "races")
-    return out
+    given = dict(mode=mode, detectors=detectors, races=races, fail_on_phase=fail_on_phase,
+                 scope=scope, ignore=ignore)
+    return {k: _MARKER_PARSERS[k](v, k) for k, v in given.items() if v is not None}
+
+
+#: each keyword of the syncguard marker, parsed as its option is
+_MARKER_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "mode": _mode, "detectors": parse_detectors, "races": _bool, "fail_on_phase": parse_phases,
+    "scope": _list, "ignore": _list}
 
 
 def allow_sync_marker(reason: str | None = None, *, max: int | None = None,

@@ -128,3 +128,15 @@ def test_library_regions_predict():
             x.sum().item()
     assert len(report.allowed) == 1 and report.allowed[0].detectors == ("predict",)
     assert not torch.cuda.is_available()  # the stand-ins lived inside the blocks only
+
+
+def test_the_matrix_labels_a_predicted_sync():
+    from syncguard import matrix as mx
+    from syncguard.events import SyncEvent
+    from syncguard.sessionfile import TestEntry
+
+    run = mx.Run("torch 2.13.0 · predicted", "r.json", "2.13.0", "cpu", None)
+    ev = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py",
+                   lineno=3, detectors=("predict",))
+    cell = mx.make_cell(TestEntry("t::a", "failed", "syncs", syncs=(ev,)), run)
+    assert cell.syncs == ("predicted cudaStreamSynchronize at m.py:3",)

@@ -26,6 +26,12 @@ from ..events import SyncEvent
 NOTES: dict[tuple, str | None] = {}
 
 
+def label(event) -> str:
+    """"predicted " for a sync (event or per-site record) this detector predicted, else "":
+    the one label every view (failure table, summary, matrix) puts before its kind."""
+    return "predicted " if "predict" in (getattr(event, "detectors", None) or ()) else ""
+
+
 class Predict:
     name, order, lasting = "predict", 0, False
 
