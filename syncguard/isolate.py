@@ -61,6 +61,8 @@ def child_command(config: pytest.Config, settings: Settings, plugin_name: str, i
         cmd.append("--syncguard")
     if s.races:
         cmd.append("--syncguard-races")
+    if s.predict:
+        cmd.append("--syncguard-predict")
     for i, a in enumerate(args):  # keep the caller's plugins, warning filters and -o
         if a in ("-p", "-W", "-o") and i + 1 < len(args):
             cmd += [a, args[i + 1]]

@@ -140,3 +140,26 @@ def test_the_matrix_labels_a_predicted_sync():
                    lineno=3, detectors=("predict",))
     cell = mx.make_cell(TestEntry("t::a", "failed", "syncs", syncs=(ev,)), run)
     assert cell.syncs == ("predicted cudaStreamSynchronize at m.py:3",)
+
+
+def test_isolated_children_predict_too(pytester, run):
+    """Under prediction torch.cuda.is_available() is True, so --syncguard-isolate starts a child
+    per test: the child must predict as well (not arm GPU detectors on a CPU)."""
+    pytester.makeconftest("""
+        import os
+        os.environ.setdefault("SESSION_PID", str(os.getpid()))  # a child inherits the parent's
+    """)
+    pytester.makepyfile(test_m="""
+        import os, torch
+
+        def test_item(syncguard):
+            syncguard.record("pids", [os.getpid(), int(os.environ["SESSION_PID"])])
+            torch.ones(2, device="cuda").sum().item()
+    """)
+    res = run("--syncguard-predict", "--syncguard-isolate", "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1)
+    t = _tests(pytester)["test_item"]
+    here, session = t["measurements"]["pids"]
+    assert here != session  # ran in a child
+    assert t["audit"] == "syncs", t
+    assert t["syncs"][0]["detectors"] == ["predict"]
