@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import syncguard
 from syncguard import strategies as sgs
-from syncguard.events import format_report
+from syncguard.events import DETECTORS, format_report
 
 from cases.declared import (DECLARED_SYNCS, DECLARED_WAITS, DETERMINISTIC_SYNCS,
                             DETERMINISTIC_WAITS, DTYPE_SUPPORT, LEVELS,
@@ -106,7 +106,7 @@ def _declared_allows(v, waits):
     return stack
 
 
-def _call_audited(v, inp, mode, detectors=("debug", "trace"), waits=None):
+def _call_audited(v, inp, mode, detectors=DETECTORS, waits=None):
     """Run the merge on ``inp`` (in place) as a case should; returns (result or the ValueError
     it raised, the audit report or None without CUDA, the declaration used). With ``waits``
     (exact counts, representative inputs) each declared wait is allowed ``max=n`` times."""
@@ -444,7 +444,10 @@ def test_declared_dtype_support_matches_the_build(name, deterministic):
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.syncguard(detectors="debug,trace,profile")  # one call: afford exact kinds and ops
+# One call: afford the profiler's exact kinds and ops. The plugin runs a test whose detectors
+# include profile in its own process (isolate.py): the profiler would keep CUPTI for the rest of
+# this one, and every later region would fall back from the default cuda detector.
+@pytest.mark.syncguard(detectors="debug,trace,profile")
 @pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
 @pytest.mark.parametrize("name", ALL)
 def test_declared_sync(name, deterministic):

@@ -129,6 +129,9 @@ class RegionReport:
     reason: str | None = None  # why less than asked for was recorded (no CUDA, profiler busy…)
     notes: list[str] = field(default_factory=list)
     detector_reason: str | None = None  # which detectors ran and why (e.g. "auto" resolved)
+    #: predict detector: calls it ran but cannot model, "not predicted (why) at file:line";
+    #: such a region is never reported clean (it says what it could not see)
+    not_predicted: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -145,6 +148,7 @@ class RegionReport:
             "reason": self.reason,
             "notes": list(self.notes),
             "detector_reason": self.detector_reason,
+            "not_predicted": list(self.not_predicted),
         }
 
     @classmethod
@@ -159,6 +163,7 @@ class RegionReport:
             reason=data.get("reason"),
             notes=list(data.get("notes", [])),
             detector_reason=data.get("detector_reason"),
+            not_predicted=list(data.get("not_predicted", [])),
         )
 
     def to_json(self, **kw) -> str:
@@ -171,11 +176,16 @@ class RegionReport:
     def summary(self) -> str:
         if not self.cuda_available:
             return f"not audited: {self.reason}"
+        unseen = (f"; {len(self.not_predicted)} call(s) not predicted" if self.not_predicted
+                  else "")
+        if self.clean and self.not_predicted:
+            return f"no sync predicted{unseen}" + (f" ({len(self.allowed)} allowed)"
+                                                  if self.allowed else "")
         if self.clean:
             return "clean" + (f" ({len(self.allowed)} allowed)" if self.allowed else "")
         kinds = sorted({e.kind for e in self.syncs} | {e.kind for e in self.races})
         parts = [f"{len(self.syncs)} sync(s)"] + ([f"{len(self.races)} race(s)"] if self.races else [])
-        return ", ".join(parts) + f" ({', '.join(kinds)})"
+        return ", ".join(parts) + f" ({', '.join(kinds)})" + unseen
 
 
 #: The name before 0.2, kept so code written against it (and ``syncguard.Report``) keeps working.
@@ -201,4 +211,5 @@ def format_report(report: RegionReport) -> str:
                      f"(thread {e.thread}{blocked}; seen by {'+'.join(e.detectors)}){note}")
     for r in report.races:
         lines.append(f"  race: {r.what} on {r.tensor} at {r.where}")
+    lines += [f"  {u}" for u in report.not_predicted]
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 Why per example: auditing the whole test would report the union of all examples' syncs and give
 hypothesis nothing to shrink on. In fail mode a syncing example raises ``SyncError`` as
 ``forbid()`` would, an ordinary failure that hypothesis minimises (syncs of phases that do not
-fail, see phases.py, and syncs outside the code scope, see codescope.py, do not raise).
+fail, judged by the region as phases.py says, and syncs outside the code scope, see codescope.py, do not raise).
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import functools
 
 import pytest
 
-from . import phases
 from .aggregate import split
 from .codescope import EVERYWHERE, CodeScope
 from .events import RegionReport, SyncError, SyncEvent
@@ -33,12 +32,11 @@ def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
 
     @functools.wraps(original)
     def inner(*args, **kwargs):
-        with audit(plan.detectors, races=plan.races) as rep:
+        with audit(plan.detectors, races=plan.races, fail_on_phases=plan.fail_on_phase) as rep:
             reports.append(rep)
             result = original(*args, **kwargs)
-        failing = phases.judged(rep, plan.fail_on_phase)
-        inside = [e for e, _ in split(failing.syncs, codescope)[0]]  # outside the code scope:
-        failing = dataclasses.replace(failing, syncs=inside)        # shown, never failing
+        inside = [e for e, _ in split(rep.syncs, codescope)[0]]  # outside the code scope:
+        failing = dataclasses.replace(rep, syncs=inside)        # shown, never failing
         if plan.mode == "fail" and failing.cuda_available and not failing.clean:
             raise SyncError(failing)  # as forbid() would, for the phases that fail
         return result

@@ -9,17 +9,18 @@ import linecache
 from collections import Counter
 from typing import Iterable
 
+from . import alternatives
+from .detectors.predicted import label as _predicted
 from .aggregate import SiteRecord, aggregate, total
 from .codescope import EVERYWHERE, CodeScope
 from .events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
-from .sessionfile import TestEntry
+from .sessionfile import TestEntry, session_detectors
 
 _MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
              "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
 HINTS = {
     "mask": "keep the mask on the CPU (torch>=2.9 indexes without a sync) or precompute indices",
-    "repeat_interleave": "pass output_size= to repeat_interleave",
     "pin": "pin the host tensor and use non_blocking=True",
     "d2h": "copy into pinned memory with non_blocking=True and wait on an event when needed",
     "scalar": "keep the value on the device, or allow(...) it with a reason",
@@ -40,13 +41,19 @@ def source_line(event: SyncEvent | SiteRecord) -> str:
 
 
 def hint_for(event: SyncEvent | SiteRecord) -> str:
-    """One line saying how such a sync is usually removed; the default names allow()."""
+    """One line saying how such a sync is usually removed; the default names allow().
+
+    Where the alternatives table (alternatives.py) knows the op, its entry is the hint: one
+    source of truth, each alternative checked sync-free on the GPU by a corpus snippet. HINTS
+    covers what the table does not (phases, copies, scalars, waits)."""
     if event.phase in HINTS:  # compile / graph_capture: the phase, not the op, explains it
         return HINTS[event.phase]
     ops = tuple(event.ops) + ((event.op,) if event.op else ())
-    src = source_line(event)
-    if "aten::repeat_interleave" in ops or "repeat_interleave" in src:
-        return HINTS["repeat_interleave"]
+    if "repeat_interleave" in source_line(event):  # a detector may name only the inner op
+        ops += ("aten::repeat_interleave",)
+    alternative = alternatives.hint(ops)
+    if alternative:
+        return alternative
     if any(o in _MASK_OPS for o in ops):
         return HINTS["mask"]
     if event.kind in (PAGEABLE_COPY, BLOCKING_COPY_H2D):
@@ -107,7 +114,8 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     for i, e in enumerate(rows[:max_rows], 1):
         n = e.count
         blocked = _blocked(e)
-        what = "\n".join(x for x in (e.kind + (f" x{n}" if n > 1 else ""), e.api, e.op) if x)
+        what = "\n".join(x for x in (_predicted(e) + e.kind + (f" x{n}" if n > 1 else ""),
+                                     e.api, e.op) if x)
         where = _short(e.filename, e.lineno) + (f"\n{source_line(e)}" if source_line(e) else "")
         where += "".join(f"\n{label} {_frame(f)}" for label, f in _library_frames(e))
         table.add_row(str(i), Text(where), Text(what), Text(e.thread or "-"), blocked)
@@ -125,6 +133,8 @@ def failure_table(report: RegionReport, title: str | None = None, width: int = 1
     for r in report.races:
         console.print(f"race: {r.what} on {r.tensor or '?'} at {_short(r.filename, r.lineno)}",
                       markup=False)
+    for u in report.not_predicted:
+        console.print(u, markup=False)
     if report.allowed:
         console.print(f"{len(report.allowed)} allowed sync(s): " + "; ".join(
             f"{_short(e.filename, e.lineno)} ({e.reason})" for e in
@@ -173,7 +183,7 @@ def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:
             k = (r.kind, r.api, r.op, r.filename, r.lineno)
             sites[k] += r.count
             tests_at.setdefault(k, set()).add(t.nodeid)
-            label[k] = f"{_short(r.filename, r.lineno)}  {r.kind} {r.op or r.api}"
+            label[k] = f"{_short(r.filename, r.lineno)}  {_predicted(r)}{r.kind} {r.op or r.api}"
     return [f"  {n:>4}x  {label[k]}  ({len(tests_at[k])} test(s))"
             for k, n in sites.most_common(top)]
 
@@ -193,6 +203,13 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
                  + (f"; {off} not audited (off/not run)" if off else "")]
     if scope:
         lines.append(f"scope: {scope}")
+    ran = session_detectors(tests)
+    if ran:
+        lines.append(f"detectors: {ran}")
+    other = Counter(t.detector_reason for t in tests
+                    if t.audited and t.detector_reason and t.detector_reason != ran)
+    for why, n in sorted(other.items()):
+        lines.append(f"  {n} test(s) under other detectors: {why}")
     rows = _top_sites(tests, "syncs", top)
     if rows:
         lines.append("top sync sites:")

@@ -5,6 +5,11 @@ would spoil every later GPU test of its process. A child per test keeps them apa
 a new interpreter per test. The child writes its pytest reports as JSON (``--syncguard-child``);
 the parent replays them through its own hooks, so terminal output, xdist and the session report
 see an ordinary test.
+
+The same child runs a test whose detectors include ``profile`` even without the option: once
+torch's profiler has run, CUPTI keeps its subscriber for the life of the process and the default
+``cuda`` detector cannot subscribe again (every later region would fall back to ``debug,trace``,
+with that reason). A child keeps the profiler away from the session's process.
 """
 from __future__ import annotations
 
@@ -36,9 +41,10 @@ def cuda_unavailable(detectors: tuple[str, ...]) -> str | None:
     return None if torch.cuda.is_available() else f"CUDA is not available (torch {torch.__version__})"
 
 
-def wants_isolation(settings: Settings, audited: bool) -> bool:
-    """Isolate an audited test, unless this process already is a child."""
-    return settings.isolate and not settings.child and audited
+def wants_isolation(settings: Settings, audited: bool, detectors: tuple[str, ...] = ()) -> bool:
+    """Isolate an audited test (all of them under ``--syncguard-isolate``; one whose detectors
+    include ``profile`` always, see the module docstring), unless this process is a child."""
+    return (settings.isolate or "profile" in detectors) and not settings.child and audited
 
 
 def child_command(config: pytest.Config, settings: Settings, plugin_name: str, item: pytest.Item,
@@ -55,6 +61,8 @@ def child_command(config: pytest.Config, settings: Settings, plugin_name: str, i
         cmd.append("--syncguard")
     if s.races:
         cmd.append("--syncguard-races")
+    if s.predict:
+        cmd.append("--syncguard-predict")
     for i, a in enumerate(args):  # keep the caller's plugins, warning filters and -o
         if a in ("-p", "-W", "-o") and i + 1 < len(args):
             cmd += [a, args[i + 1]]

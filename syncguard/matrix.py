@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping
 
 from .events import RACE, RaceEvent, SchemaError, SyncEvent
 from . import provenance, timing
+from .detectors.predicted import label as predicted_label
 from .sessionfile import TestEntry, run_label
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
@@ -179,15 +180,25 @@ def summary(state: str, n_syncs: int, kinds: Iterable[str], n_allowed: int,
     return " + ".join(parts) or state
 
 
-def _phrase(e: SyncEvent | RaceEvent) -> str:
+def _by_phase(r: Any) -> list[tuple[str, int]]:
+    """(phase, count) of an event (one sync) or a per-site record (``count`` syncs, split by
+    ``phases``): compile / graph_capture syncs are counted apart from run-phase ones."""
+    phases = getattr(r, "phases", None)
+    if phases:
+        return list(phases.items())
+    return [(getattr(r, "phase", "run") or "run", getattr(r, "count", 1))]
+
+
+def _phrase(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
     where = f"{os.path.basename(e.filename)}:{e.lineno}" if e.filename else None
     if isinstance(e, RaceEvent) or e.kind == RACE:
         text = f"race: {getattr(e, 'what', None) or '?'}"
     else:
-        text = e.api or e.kind or "?"
+        text = predicted_label(e) + (e.api or e.kind or "?")
         outer = e.ops[0] if e.ops and e.ops[0] != e.op else None
         text += f" via {outer + ' → ' if outer else ''}{e.op}" if e.op else ""
-        text += f" while {e.phase}" if e.phase != "run" else ""  # compile / graph_capture
+        phase = phase or e.phase
+        text += f" while {phase}" if phase != "run" else ""  # compile / graph_capture
     return text + (f" at {where}" if where else "")
 
 
@@ -195,14 +206,16 @@ def _phrases(records: Iterable[Any]) -> list[str]:
     """A session report stores one record per site with a ``count`` (aggregate.py); a cell keeps
     one phrase per sync, as the gate counts syncs, so a record stands for ``count`` phrases.
     Syncs outside the code scope (``TestEntry.outside``) never reach a cell: they never fail."""
-    return [p for r in records for p in (_phrase(r),) * getattr(r, "count", 1)]
+    return [p for r in records for phase, n in _by_phase(r) for p in (_phrase(r, phase),) * n]
 
 
-def site(e: SyncEvent) -> str:
+def site(e: SyncEvent, phase: str | None = None) -> str:
     """Where an allowed sync is budgeted: the CUDA call (or kind) and the function and file that
-    made it. Not the line, so that an edit above a sync does not move its budget."""
+    made it, and its phase when not "run" (a compile-time sync has its own budget). Not the line,
+    so that an edit above a sync does not move its budget."""
     where = f"{e.function or '?'} ({os.path.basename(e.filename)})" if e.filename else "?"
-    return f"{e.api or e.kind or '?'} in {where}"
+    phase = phase or getattr(e, "phase", "run")
+    return f"{e.api or e.kind or '?'} in {where}" + (f" while {phase}" if phase != "run" else "")
 
 
 def make_cell(test: TestEntry, run: Run) -> Cell:
@@ -221,8 +234,9 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
                if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
     budget: Counter = Counter()
-    for e in allowed:  # a record stands for ``count`` syncs at its site
-        budget[site(e)] += getattr(e, "count", 1)
+    for e in allowed:  # a record stands for ``count`` syncs at its site, split by phase
+        for phase, n in _by_phase(e):
+            budget[site(e, phase)] += n
     return Cell(state, outcome, tuple(_phrases(events)),
                 tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,

@@ -48,13 +48,14 @@ class Settings:
     ignore: tuple[str, ...] = ()
     keep_events: bool = False
     max_stacks: int = 5000
+    predict: bool = False  # predict syncs on CPU stand-ins (syncguard.predict), no GPU needed
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
                 "isolate": self.isolate, "require_cuda": self.require_cuda,
                 "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
-                "max_stacks": self.max_stacks}
+                "max_stacks": self.max_stacks, "predict": self.predict}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -136,6 +137,11 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
      "also store every sync event in the report (debugging; reports grow with events)"),
     ("--syncguard-max-stacks", "syncguard_max_stacks", _count, 5000, dict(metavar="N"),
      "site records that keep their first stack in the report"),
+    ("--syncguard-predict", "syncguard_predict", _bool, False,
+     dict(action="store_true", default=None),
+     "predict syncs on the CPU (CUDA tensors become CPU stand-ins; rules measured on a GPU) "
+     "instead of measuring them; predicted syncs fail a test only with --syncguard-mode=fail "
+     "given explicitly, otherwise they are recorded"),
 )
 
 
@@ -170,8 +176,11 @@ def resolve_settings(config: pytest.Config) -> Settings:
 
     try:
         values = {dest: pick(dest, check, default) for _, dest, check, default, _, _ in OPTIONS}
+        mode, predict = values["syncguard_mode"], values["syncguard_predict"]
+        if predict and pick("syncguard_mode", _mode, None) is None:
+            mode = "record"  # a prediction fails a test only when fail mode is asked for
         return Settings(
-            enabled=values["syncguard"], mode=values["syncguard_mode"],
+            enabled=values["syncguard"], mode=mode, predict=predict,
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],
@@ -206,20 +215,15 @@ def syncguard_marker(*, mode: str | None = None, detectors: Any = None,
                      ignore: Any = None) -> dict[str, Any]:
     """``@pytest.mark.syncguard(mode=, detectors=, races=, fail_on_phase=, scope=, ignore=)``: opt
     in, override (``scope``/``ignore``: as ``--syncguard-scope``/``--syncguard-ignore``)."""
-    out: dict[str, Any] = {}
-    if fail_on_phase is not None:
-        out["fail_on_phase"] = parse_phases(fail_on_phase, "fail_on_phase")
-    if scope is not None:
-        out["scope"] = _list(scope, "scope")
-    if ignore is not None:
-        out["ignore"] = _list(ignore, "ignore")
-    if mode is not None:
-        out["mode"] = _mode(mode, "mode")
-    if detectors is not None:
-        out["detectors"] = parse_detectors(detectors, "detectors")
-    if races is not None:
-        out["races"] = _bool(races, "races")
-    return out
+    given = dict(mode=mode, detectors=detectors, races=races, fail_on_phase=fail_on_phase,
+                 scope=scope, ignore=ignore)
+    return {k: _MARKER_PARSERS[k](v, k) for k, v in given.items() if v is not None}
+
+
+#: each keyword of the syncguard marker, parsed as its option is
+_MARKER_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "mode": _mode, "detectors": parse_detectors, "races": _bool, "fail_on_phase": parse_phases,
+    "scope": _list, "ignore": _list}
 
 
 def allow_sync_marker(reason: str | None = None, *, max: int | None = None,
@@ -263,6 +267,10 @@ def plan_for(item: pytest.Item, settings: Settings) -> Plan | None:
     marks = list(item.iter_markers("syncguard"))
     for m in reversed(marks):  # closest marker wins
         opts.update(parse(m, syncguard_marker))
+    if settings.predict:  # every region predicts; no GPU detector, no race detector
+        opts.update(detectors=("predict",), races=False)
+        if opts["mode"] == "fail" and settings.mode != "fail":  # a marker alone cannot make
+            opts["mode"] = "record"                             # a prediction fail a test
     allows = tuple(parse(m, allow_sync_marker) for m in item.iter_markers("allow_sync"))
     if item.get_closest_marker("no_syncguard") is not None:
         return Plan(False, reason="no_syncguard marker", **opts) if settings.enabled else None

@@ -1,24 +1,24 @@
-"""Which syncs fail a test, by the phase of torch's work they happened in.
+"""Which syncs fail, by the phase of torch's work they happened in: the option's parsing and the
+reason a not-failing phase's sync carries.
 
 Why: ``torch.compile`` and CUDA-graph capture sync while they trace, compile or warm up. That cost
-is paid once, on the first call, and says nothing about the steady state a test guards. So by
+is paid once, on the first call, and says nothing about the steady state a region guards. So by
 default a sync whose event carries ``phase="compile"`` or ``phase="graph_capture"`` is shown (with
-the user's line and a hint) but does not fail the test; ``--syncguard-fail-on-phase`` names the
-phases that should fail too. Syncs in the ``run`` phase always count.
+the user's line and a hint) but does not fail; ``fail_on_phases=`` (the library) and
+``--syncguard-fail-on-phase`` (the plugin, which passes it to the regions it opens) name the
+phases that should fail too. Syncs in the ``run`` phase always count. The judging itself happens
+in one place, the region (:meth:`syncguard.scope.Region._judge`).
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from .events import RegionReport
+from .attribution import PHASES, RUN
 
-RUN = "run"
-PHASES = (RUN, "compile", "graph_capture")
-OPTIONAL = PHASES[1:]  # the phases --syncguard-fail-on-phase may name
+OPTIONAL = tuple(p for p in PHASES if p != RUN)  # the phases fail_on_phases may name
 
 
-def parse_phases(value: Any, where: str) -> tuple[str, ...]:
+def parse_phases(value: Any, where: str = "fail_on_phases") -> tuple[str, ...]:
     """'compile,graph_capture' (or a sequence; 'none' or '' for no phase) -> a tuple."""
     items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value)
     items = [x for x in dict.fromkeys(items) if x]
@@ -31,19 +31,10 @@ def parse_phases(value: Any, where: str) -> tuple[str, ...]:
     return tuple(items)
 
 
+def fails(phase: str, fail_on: tuple[str, ...]) -> bool:
+    return phase == RUN or phase in fail_on
+
+
 def not_failing_reason(phase: str) -> str:
-    return (f"{phase} phase: shown, not failing (--syncguard-fail-on-phase={phase} makes it fail)")
-
-
-def judged(report: RegionReport, fail_on: tuple[str, ...]) -> RegionReport:
-    """``report`` with the syncs of phases that do not fail moved to ``allowed``, with a reason.
-
-    Moved, not dropped: the session report, the matrix and the terminal summary still show them,
-    and a baseline counts them like any allowed sync.
-    """
-    keep = [e for e in report.syncs if e.phase == RUN or e.phase in fail_on]
-    if len(keep) == len(report.syncs):
-        return report
-    moved = [dataclasses.replace(e, reason=not_failing_reason(e.phase))
-             for e in report.syncs if not (e.phase == RUN or e.phase in fail_on)]
-    return dataclasses.replace(report, syncs=keep, allowed=list(report.allowed) + moved)
+    return (f"made during {phase.replace('_', ' ')}, not in steady state: shown, not failing "
+            f"(fail_on_phases=('{phase}',) or --syncguard-fail-on-phase={phase} makes it fail)")

@@ -52,6 +52,7 @@ class SyncguardFixture:
         self.detectors = plan.detectors if plan else settings.detectors
         self.races = plan.races if plan else settings.races
         self.mode = plan.mode if plan else settings.mode
+        self.fail_on_phase = plan.fail_on_phase if plan else settings.fail_on_phase
         self._measurements = state.measurements if state else {}
         self._own_regions = state.own_regions if state else []
 
@@ -59,11 +60,13 @@ class SyncguardFixture:
         """A ``forbid()`` block; once a test opens one (or an ``audit()``) through the fixture,
         its blocks are what the plugin reports and judges, not the whole call phase."""
         return self._tracked(forbid(detectors or self.detectors,
-                                    races=self.races if races is None else races))
+                                    races=self.races if races is None else races,
+                                    fail_on_phases=self.fail_on_phase))
 
     def audit(self, detectors=None, *, races=None):
         return self._tracked(audit(detectors or self.detectors,
-                                   races=self.races if races is None else races))
+                                   races=self.races if races is None else races,
+                                   fail_on_phases=self.fail_on_phase))
 
     @contextlib.contextmanager
     def _tracked(self, region):

@@ -8,7 +8,9 @@ Recorded in every session report under ``"provenance"``:
 * ``syncguard``: its version and ``code``, a SHA-256 over the source of the installed syncguard
   package. ``code`` is the identity of the detector code: two runs with the same ``code`` ran
   the same detectors, whatever else changed in the project, and a dirty tree is caught too;
-* ``detectors``: the detectors the run used (they are part of syncguard, versioned by ``code``);
+* ``detectors``: the detectors the run asked for (they are part of syncguard, versioned by ``code``),
+  and ``detectors_ran``: what most audited tests ran and why (``auto`` resolved, a fallback),
+  filled in by the session report as tests end;
 * ``torch``, ``cuda_build`` (torch's CUDA, ``null`` for a CPU build), ``gpu``, ``driver``;
 * ``hypothesis``: its version, the settings profile in force and its ``max_examples``.
 
@@ -134,7 +136,9 @@ def describe(doc: Mapping[str, Any]) -> dict[str, str]:
     return {
         "commit": commit,
         "code": f"syncguard {sg.get('version', '?')} · code {str(sg.get('code') or '?')[:10]}",
-        "detectors": ",".join(map(str, dets)) if isinstance(dets, list) else "?",
+        "detectors": (",".join(map(str, dets)) if isinstance(dets, list) else "?")
+        + (f" (ran: {prov['detectors_ran']})" if isinstance(prov.get("detectors_ran"), str)
+           else ""),
         "torch": f"{torch_v} ({'CUDA ' + str(build) if build else 'CPU build'})",
         "gpu": str(prov.get("gpu") or "none"),
         "driver": str(prov.get("driver") or "none"),

@@ -336,6 +336,12 @@ class PinnedTracker:
 # ---------------------------------------------------------------------------------------------
 # Process-global machinery: trace callbacks registered once, gated by the set of live detectors
 
+#: races=True leaves a lasting hook: torch cannot deactivate its CUDA trace once activated
+LASTING_NOTE = ("races: torch's CUDA trace (torch.cuda._gpu_trace) is now active for the rest of "
+                "this process and cannot be undone; syncguard's callbacks stay registered, "
+                "gated off outside race regions")
+
+
 class _Hub:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -508,7 +514,10 @@ class RaceDetector:
         self._op_thread: int | None = None  # the thread inside an op we are dispatching
         self._op_syncs: list[tuple[str, tuple]] = []
         try:
+            first = not _HUB.installed
             _HUB.add(self)
+            if first:  # said once, by the region that did it (issue 12 item 3)
+                self.notes.append(LASTING_NOTE)
             self._mode = _mode_for(self)
             self._mode.__enter__()
         except BaseException:

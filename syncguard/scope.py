@@ -17,18 +17,20 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import sys
 import threading
 from typing import Iterable
 
 from . import detectors as registry
-from .attribution import PHASES, RUN, is_tracing
+from .attribution import is_tracing
 from .detectors import AUTO, DetectorUnavailable
 from .detectors.torch_hooks import allow_entered, allow_exited
 from .events import ALL_DETECTORS, DETECTORS, SYNC_KINDS, Report, SyncError, SyncEvent
 from .routing import allows as _allows, deliver as _deliver, ids as _ids, regions as _regions  # noqa: F401
 from .detect import MARKER
+from .phases import fails, not_failing_reason, parse_phases
 
-KNOWN_DETECTORS = ALL_DETECTORS + ("fake",)
+KNOWN_DETECTORS = ALL_DETECTORS + ("fake", "predict")
 
 
 def parse_detectors(value: str | Iterable[str], where: str = "detectors") -> tuple[str, ...]:
@@ -103,11 +105,17 @@ class Region:
     """
 
     def __init__(self, detectors: str | Iterable[str] = DETECTORS, races: bool = False,
-                 raise_on_exit: bool = False, fail_on_phases: str | Iterable[str] = ()):
-        self.detectors = parse_detectors(detectors)
-        self.races = bool(races)
+                 raise_on_exit: bool = False, fail_on_phases: str | Iterable[str] = (),
+                 predict: bool = False):
+        # predict: the region predicts syncs on CPU stand-ins instead of measuring them
+        # (detectors/predicted.py); no race detection there (it needs CUDA's sanitizer). Inside
+        # an open predicting() block (pytest --syncguard-predict) every region predicts: the
+        # tensors there are stand-ins that no GPU detector could see.
+        predict = predict or _inside_prediction()
+        self.detectors = ("predict",) if predict else parse_detectors(detectors)
+        self.races = bool(races) and not predict
         self.raise_on_exit = raise_on_exit
-        self.fail_on_phases = parse_phases(fail_on_phases)
+        self.fail_on_phases = parse_phases(fail_on_phases, "fail_on_phases")
         self.report = Report(detectors=())
         self.observations: list = []
         self.profile_syncs: list = []
@@ -142,7 +150,7 @@ class Region:
         return self.report
 
     def _cuda_unavailable(self) -> str | None:
-        if "fake" in self.detectors:
+        if "fake" in self.detectors or "predict" in self.detectors:
             return None
         try:
             import torch
@@ -155,6 +163,8 @@ class Region:
 
     def _arm(self) -> None:
         names, why = registry.resolve(self.detectors)
+        if names == ("predict",):
+            why = "predict: syncs predicted on the CPU from rules measured on a GPU, not measured"
         notes = []
         for det in registry.ordered(names):
             try:
@@ -244,32 +254,30 @@ class Region:
             if chosen is not None:
                 used[id(chosen)] = used.get(id(chosen), 0) + 1
                 self.report.allowed.append(dataclasses.replace(ev, reason=chosen.reason))
-            elif ev.phase != RUN and ev.phase not in self.fail_on_phases:
-                self.report.allowed.append(dataclasses.replace(ev, reason=(
-                    f"made during {ev.phase.replace('_', ' ')}, not in steady state; "
-                    f"fail_on_phases=('{ev.phase}',) counts it")))
+            elif not fails(ev.phase, self.fail_on_phases):
+                self.report.allowed.append(dataclasses.replace(
+                    ev, reason=not_failing_reason(ev.phase)))
             elif exhausted is not None:
                 self.report.syncs.append(dataclasses.replace(
                     ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
             else:
                 self.report.syncs.append(ev)
 
-def parse_phases(value: str | Iterable[str], where: str = "fail_on_phases") -> tuple[str, ...]:
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
-    names = [n for n in names if n]
-    bad = [n for n in names if n not in PHASES or n == RUN]
-    if bad:
-        raise ValueError(f"{where}: unknown phase(s) {bad!r}; choose from compile, graph_capture")
-    return tuple(dict.fromkeys(names))
+def _inside_prediction() -> bool:
+    mod = sys.modules.get("syncguard.predict")  # never imported here: it needs torch
+    return mod is not None and not is_tracing() and mod.session_active()
 
 
 def audit(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-          fail_on_phases: str | Iterable[str] = ()) -> Region:
-    """Record every sync in the block; never raises for one. ``as report`` gives the Report."""
-    return Region(detectors, races=races, fail_on_phases=fail_on_phases)
+          fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+    """Record every sync in the block; never raises for one. ``as report`` gives the Report.
+    ``predict=True``: predict the block's syncs on the CPU (syncguard.predict) instead."""
+    return Region(detectors, races=races, fail_on_phases=fail_on_phases, predict=predict)
 
 
 def forbid(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-           fail_on_phases: str | Iterable[str] = ()) -> Region:
-    """Like audit(), but raise SyncError on exit if any sync (or race) was not allowed."""
-    return Region(detectors, races=races, raise_on_exit=True, fail_on_phases=fail_on_phases)
+           fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+    """Like audit(), but raise SyncError on exit if any sync (or race) was not allowed; with
+    ``predict=True`` a predicted sync raises (calls not predicted are in the report, not raised)."""
+    return Region(detectors, races=races, raise_on_exit=True, fail_on_phases=fail_on_phases,
+                  predict=predict)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from . import codescope, devices, isolate, phases, warmup
+from . import codescope, devices, isolate, warmup
 from .aggregate import aggregate, split
 from .codescope import CodeScope
 from .events import RegionReport, format_report
@@ -27,7 +27,7 @@ from .explain import failure_table, summary_lines
 from .options import Plan, plan_for, resolve_settings
 from .poison import PoisonGuard
 from .scope import audit
-from .sessionfile import SessionFile, TestEntry, summarize, write_atomic
+from .sessionfile import AUDITED_STATES, SessionFile, TestEntry, summarize, write_atomic
 
 MEASUREMENTS_PROPERTY = "syncguard_measurements"  # user_properties name copied into the report
 
@@ -67,7 +67,7 @@ class ItemState:
 
 def merged(reports: list[RegionReport]) -> RegionReport:
     """The regions a test opened through the ``syncguard`` fixture, as one report."""
-    out = RegionReport(detectors=reports[0].detectors,
+    out = RegionReport(detectors=reports[0].detectors, detector_reason=reports[0].detector_reason,
                        cuda_available=all(r.cuda_available for r in reports),
                        reason=next((r.reason for r in reports if r.reason), None))
     for r in reports:
@@ -75,6 +75,7 @@ def merged(reports: list[RegionReport]) -> RegionReport:
         out.allowed += r.allowed
         out.races += r.races
         out.notes += [n for n in r.notes if n not in out.notes]
+        out.not_predicted += r.not_predicted
     return out
 
 
@@ -98,6 +99,11 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
     else:
         audit_state = "syncs" if syncs or rep.races else "allowed" if allowed else "clean"
         reason = reason or ("; ".join(rep.notes) or None)
+        if rep.not_predicted:  # what the predictor could not see is never reported clean
+            unseen = (f"{len(rep.not_predicted)} call(s) not predicted, first: "
+                      f"{rep.not_predicted[0]}")
+            audit_state = audit_state if audit_state == "syncs" else "not_audited"
+            reason = unseen if audit_state == "not_audited" else f"{reason}; {unseen}"
     measurements: dict[str, Any] = {}
     for name, value in item.user_properties:
         if name == MEASUREMENTS_PROPERTY and isinstance(value, dict):
@@ -115,7 +121,14 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         syncs=tuple(syncs), allowed=tuple(allowed), outside=tuple(out_syncs + out_allowed),
         races=tuple(rep.races) if rep else (), duration_s=round(state.duration, 6),
         examples=state.examples, measurements=measurements, worker=worker, device=device,
-        events=tuple(rep.syncs + rep.allowed) if rep and keep_events else ())
+        events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
+        detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None)
+
+
+def _detector_reason(rep: RegionReport) -> str | None:
+    """What ran: the region's reason (``auto`` resolved, a fallback), or the detectors asked for."""
+    return rep.detector_reason or (f"{','.join(rep.detectors)} (as asked)" if rep.detectors
+                                   else None)
 
 
 def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
@@ -186,6 +199,13 @@ class SyncguardSession:
             self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
         except ValueError as e:
             raise pytest.UsageError(f"syncguard: {e}") from None
+        self.prediction = None  # --syncguard-predict: the session's predicting() block
+        if self.settings.predict and self.settings.enabled:
+            from .predict import predicting
+
+            # open before collection: tests and skip conditions see torch.cuda.is_available()
+            self.prediction = predicting()
+            self.prediction.__enter__()
         if self.settings.report and not self.is_worker and not self.settings.child:
             path = Path(config.invocation_params.dir, self.settings.report)
             try:
@@ -220,6 +240,11 @@ class SyncguardSession:
             _fail_on_bad_markers(rep, self.settings, self.scope_for)
         return rep
 
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.prediction is not None:
+            block, self.prediction = self.prediction, None
+            block.__exit__(None, None, None)
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.settings.child:
             write_atomic(self.settings.child, json.dumps(self.child_reports))
@@ -240,7 +265,8 @@ class SyncguardSession:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem) -> bool | None:
         state = item.stash.get(STATE, None)
-        if not isolate.wants_isolation(self.settings, state is not None and state.plan.audited):
+        if not isolate.wants_isolation(self.settings, state is not None and state.plan.audited,
+                                       state.plan.detectors if state is not None else ()):
             return None
         if self.no_cuda_to_isolate is None:
             self.no_cuda_to_isolate = isolate.cuda_unavailable(self.settings.detectors)
@@ -261,7 +287,8 @@ class SyncguardSession:
             state.reason = f"not run: CUDA context poisoned by {self.poison.poisoned_by[0]}"
             self.poison.refuse_if_poisoned()
         if not self.warmed:
-            warmup.cuda_warmup(self.worker_id, self.settings.detectors)
+            if not self.settings.predict:  # predicted: no CUDA context to warm up
+                warmup.cuda_warmup(self.worker_id, self.settings.detectors)
             self.config.hook.pytest_syncguard_warmup(config=self.config)
             warmup.synchronize_if_initialised()
             self.warmed = True
@@ -276,7 +303,8 @@ class SyncguardSession:
         with contextlib.ExitStack() as stack:
             for spec in plan.allows:
                 stack.enter_context(spec.scope())
-            report = stack.enter_context(audit(plan.detectors, races=plan.races))
+            report = stack.enter_context(audit(plan.detectors, races=plan.races,
+                                               fail_on_phases=plan.fail_on_phase))
             examples = wrap_examples(item, plan, stack, state.codescope)
             try:
                 result = yield
@@ -290,8 +318,7 @@ class SyncguardSession:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
         if state.own_regions:
-            rep = merged(state.own_regions)
-        state.report = rep = phases.judged(rep, plan.fail_on_phase)
+            state.report = rep = merged(state.own_regions)
         state.examples = None if examples is None else len(examples)
         state.poisoned = self.poison.check(item.nodeid)
         if state.poisoned:
@@ -364,7 +391,7 @@ class SyncguardSession:
                 terminalreporter.write_line(
                     "syncguard: FAILED: --syncguard-require-cuda: no test could be audited "
                     f"({_why_none(tests)}); the session fails", red=True, bold=True)
-            if self.no_cuda_to_isolate:
+            if self.no_cuda_to_isolate and self.settings.isolate:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{self.no_cuda_to_isolate}")
             for line in summary_lines(tests, summarize(tests), scope=self.codescope.text):

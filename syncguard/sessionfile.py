@@ -5,11 +5,11 @@ same object the plugin builds, the summary prints and the matrix reads. Written 
 interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
 is wrong with an input.
 
-Document shape (``schema_version`` 2; version 1 documents, one record per event, are still
+Document shape (``schema_version`` 3, which added ``detector_reason``; version 2 reads as is; version 1 documents, one record per event, are still
 read: their events are aggregated on load, every one counted as in scope since version 1 had no
 scopes)::
 
-    {"schema_version": 2, "kind": "syncguard-session", "complete": true,
+    {"schema_version": 3, "kind": "syncguard-session", "complete": true,
      "created": "2026-11-29T16:00:00+00:00",
      "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
@@ -17,7 +17,8 @@ scopes)::
                      "hostname": "...", "syncguard": "0.1.0"},
      "provenance": {"project": {"commit": "...", "dirty": false},
                     "syncguard": {"version": "0.1.0", "code": "<sha256 of its source>"},
-                    "detectors": ["debug", "trace"], "torch": "2.11.0+cu130",
+                    "detectors": ["auto"], "torch": "2.11.0+cu130",
+                    "detectors_ran": "cuda: CUPTI callbacks on the CUDA runtime and driver",
                     "cuda_build": "13.0", "gpu": "NVIDIA H200", "driver": "580.159.04",
                     "hypothesis": {"version": "6.170.17", "profile": "gpu",
                                    "max_examples": 30, "derandomize": false}},
@@ -31,7 +32,11 @@ scopes)::
                 "reason": null, "syncs": [SiteRecord...], "allowed": [SiteRecord...],
                 "outside": [SiteRecord...], "races": [RaceEvent...], "duration_s": 0.12,
                 "examples": null | int, "measurements": {} , "worker": null | "gw0",
-                "device": null | "cuda:0", "events": [SyncEvent...]}]}
+                "device": null | "cuda:0", "events": [SyncEvent...],
+                "detector_reason": "debug,trace: cuda detector not used (...)"}]}
+
+``detectors_ran``: the detectors most audited tests ran under and why (``auto`` resolved, or a
+fallback's reason); a test's ``detector_reason`` is written only where it differs from it.
 
 ``syncs``/``allowed``/``outside``: one :class:`~syncguard.aggregate.SiteRecord` per (site, kind,
 API, op): unallowed syncs inside the code scope, allowed ones inside it, and every sync outside
@@ -52,6 +57,7 @@ import stat
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -62,8 +68,8 @@ from .events import RaceEvent, SchemaError, SyncEvent, parse_json
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
 #: the session document's own version (the region report and the baseline stay at 1)
-SESSION_SCHEMA_VERSION = 2
-READS = (1, 2)
+SESSION_SCHEMA_VERSION = 3
+READS = (1, 2, 3)
 #: records that keep their first stack in one document, unless --syncguard-max-stacks says
 MAX_STACKS = 5000
 
@@ -92,6 +98,7 @@ class TestEntry:
     device: str | None = None
     outside: tuple[SiteRecord, ...] = ()  # outside the code scope: counted, never failing
     events: tuple[SyncEvent, ...] = ()  # every sync event, with --syncguard-keep-events only
+    detector_reason: str | None = None  # which detectors ran and why (RegionReport's)
 
     @property
     def audited(self) -> bool:
@@ -205,6 +212,13 @@ def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> 
     }
 
 
+def session_detectors(tests: Iterable[TestEntry]) -> str | None:
+    """The detector reason most audited tests ran under: the session's, said once (in the
+    provenance and the terminal summary); a test's own is kept only where it differs."""
+    reasons = Counter(t.detector_reason for t in tests if t.audited and t.detector_reason)
+    return reasons.most_common(1)[0][0] if reasons else None
+
+
 def summarize(tests: Iterable[TestEntry]) -> dict[str, int]:
     tests = list(tests)
     counts = {"tests": len(tests), "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
@@ -300,6 +314,11 @@ class SessionFile:
     def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
         tests = list(tests)
         frames, packed = pack_stacks(tests, self.max_stacks)
+        ran = session_detectors(tests)
+        self.doc["provenance"]["detectors_ran"] = ran
+        for t in packed:  # the session's reason is said once, at the top
+            if t.get("detector_reason") in (ran, None):
+                t.pop("detector_reason", None)
         self.doc.update(complete=complete, summary=summarize(tests), frames=frames, tests=packed)
         write_atomic(self.path, render_document(self.doc))
         self.last_write = time.monotonic()
@@ -398,7 +417,10 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
             raise SchemaError("'tests' is not a list")
         _check_header(doc)
         _unpack_stacks(doc)
-        doc["tests"] = [TestEntry.from_dict(t) for t in doc["tests"]]
+        ran = (doc.get("provenance") or {}).get("detectors_ran")
+        doc["tests"] = [TestEntry.from_dict({"detector_reason": ran, **t}) if ran and
+                        t.get("audit") in AUDITED_STATES else TestEntry.from_dict(t)
+                        for t in doc["tests"]]
         doc["schema_version"], doc["frames"] = SESSION_SCHEMA_VERSION, []
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None

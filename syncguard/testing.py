@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+from .attribution import PHASES
 from .detect import Observation, user_site
 from .events import STREAM_SYNC, SYNC_KINDS
 from .scope import _deliver
@@ -24,9 +25,12 @@ def marked_line(path: str, marker: str) -> int:
 
 
 def fake_sync(kind: str = STREAM_SYNC, api: str = "cudaStreamSynchronize",
-              op: str | None = None) -> bool:
-    """Pretend the calling line synced; returns whether a region received it."""
+              op: str | None = None, phase: str | None = None) -> bool:
+    """Pretend the calling line synced; returns whether a region received it. ``phase`` stands in
+    for the phase a real detector reads from the stack (None: read it as they do)."""
     if kind not in SYNC_KINDS:
         raise ValueError(f"fake_sync(kind=...) must be one of {', '.join(SYNC_KINDS)}, got {kind!r}")
+    if phase is not None and phase not in PHASES:
+        raise ValueError(f"fake_sync(phase=...) must be one of {', '.join(PHASES)}, got {phase!r}")
     return _deliver(Observation("fake", user_site(), threading.current_thread().name,
-                                api=api, kind=kind, op=op))
+                                api=api, kind=kind, op=op, phase=phase))

@@ -302,7 +302,7 @@ def test_aggregation_counts_and_keep_events(project, run):
         ((pkg, marked_line(pkg, "once")), "device_sync", 1)]
     assert t["events"] == [] and doc["summary"]["syncs"] == 51
     raw = json.loads((project.path / "r.json").read_text())
-    assert raw["schema_version"] == 2 and all(isinstance(i, int) for i in
+    assert raw["schema_version"] == sessionfile.SESSION_SCHEMA_VERSION and all(isinstance(i, int) for i in
                                               raw["tests"][0]["syncs"][0]["stack"])
     run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_many",
         "--syncguard-keep-events")
@@ -323,10 +323,10 @@ def test_reports_of_schema_1_are_read_and_others_refused(tmp_path):
     (tmp_path / "v1.json").write_text(json.dumps(v1))
     (t,) = sessionfile.load_document(tmp_path / "v1.json")["tests"]
     assert [(r.lineno, r.count) for r in t.syncs] == [(3, 2), (4, 1)] and t.outside == ()
-    (tmp_path / "v3.json").write_text(json.dumps({**v1, "schema_version": 3}))
-    with pytest.raises(SchemaError, match=r"v3.json: session report has schema_version 3; "
-                                          r"this syncguard reads 1, 2$"):
-        sessionfile.load_document(tmp_path / "v3.json")
+    (tmp_path / "v4.json").write_text(json.dumps({**v1, "schema_version": 4}))
+    with pytest.raises(SchemaError, match=r"v4.json: session report has schema_version 4; "
+                                          r"this syncguard reads 1, 2, 3$"):
+        sessionfile.load_document(tmp_path / "v4.json")
 
 
 def test_hypothesis_examples_are_judged_in_scope(project, run):

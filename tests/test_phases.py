@@ -1,16 +1,21 @@
 """Syncs by phase (run / compile / graph_capture): parsing, judging, hints, the summary.
 
-Events are built by hand (no GPU, no detector): the phase is the detector's to set; here only
-what syncguard does with it is proven.
+Events are built by hand or announced through the FAKE detector with the phase given (no GPU):
+the phase is the detector's to set; here only what syncguard does with it is proven. The judging
+is the region's (one place); the plugin passes its option to the regions it opens.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from syncguard.aggregate import aggregate
-from syncguard.events import RegionReport, SyncEvent
+from syncguard.events import SyncEvent
 from syncguard.explain import HINTS, hint_for, summary_lines
-from syncguard.phases import judged, parse_phases
+import syncguard
+from syncguard.phases import not_failing_reason, parse_phases
+from syncguard.testing import fake_sync
 from syncguard.sessionfile import TestEntry
 
 
@@ -34,27 +39,38 @@ def test_parse_phases_refuses_unknown_and_run(value):
         parse_phases(value, "x")
 
 
-def test_judged_moves_only_the_phases_that_do_not_fail():
-    run, comp, cap = ev("run", 1), ev("compile", 2), ev("graph_capture", 3)
-    rep = RegionReport(syncs=[run, comp, cap], allowed=[ev("run", 9)])
-    out = judged(rep, ())
-    assert out.syncs == [run]
-    assert [(e.lineno, e.phase) for e in out.allowed] == [(9, "run"), (2, "compile"),
-                                                          (3, "graph_capture")]
-    assert "--syncguard-fail-on-phase=compile" in out.allowed[1].reason
-    assert judged(rep, ("compile",)).syncs == [run, comp]
-    assert judged(rep, ("compile", "graph_capture")) is rep  # nothing to move
-    assert rep.syncs == [run, comp, cap]  # the input is not changed
+def judged(phases, fail_on=()):
+    """The region's verdict on FAKE syncs announced in these phases."""
+    with syncguard.audit(("fake",), fail_on_phases=fail_on) as rep:
+        for p in phases:
+            fake_sync(phase=p)
+    return rep
+
+
+def test_the_region_moves_only_the_phases_that_do_not_fail():
+    out = judged(["run", "compile", "graph_capture"])
+    assert [e.phase for e in out.syncs] == ["run"]
+    assert [e.phase for e in out.allowed] == ["compile", "graph_capture"]
+    assert "--syncguard-fail-on-phase=compile" in out.allowed[0].reason
+    assert "fail_on_phases=('compile',)" in out.allowed[0].reason
+    assert [e.phase for e in judged(["run", "compile"], ("compile",)).syncs] == ["run", "compile"]
+    both = judged(["compile", "graph_capture"], ("compile", "graph_capture"))
+    assert len(both.syncs) == 2 and not both.allowed
+
+
+def test_fake_sync_refuses_an_unknown_phase():
+    with pytest.raises(ValueError, match="phase"):
+        fake_sync(phase="linking")
 
 
 def test_hint_names_the_phase():
     assert hint_for(ev("compile")) == HINTS["compile"]
     assert hint_for(ev("graph_capture")) == HINTS["graph_capture"]
-    assert hint_for(ev("run")) == HINTS["mask"]  # aten::nonzero, as before
+    assert hint_for(ev("run")).startswith("sync-free alternative: torch.nonzero_static")
 
 
 def test_summary_lists_not_failing_phase_sites_with_line_and_hint():
-    moved = judged(RegionReport(syncs=[ev("compile", 7)] * 2), ()).allowed
+    moved = [dataclasses.replace(ev("compile", 7), reason=not_failing_reason("compile"))] * 2
     tests = [TestEntry("t::a", "passed", "allowed", allowed=tuple(aggregate(moved)[0]))]
     lines = summary_lines(tests, {"tests": 1, "audited": 1, "allowed": 1})
     i = next(i for i, x in enumerate(lines) if "while compiling or capturing CUDA graphs" in x)
@@ -67,8 +83,25 @@ def test_matrix_names_the_phase_of_a_sync():
     from syncguard import matrix as mx
 
     run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
-    moved = judged(RegionReport(syncs=[ev("compile", 7)]), ()).allowed
+    moved = [dataclasses.replace(ev("compile", 7), reason=not_failing_reason("compile"))]
     cell = mx.make_cell(TestEntry("t::a", "passed", "allowed", allowed=tuple(moved)), run)
     assert cell.allowed == ("cudaStreamSynchronize via aten::nonzero while compile at model.py:7",)
     assert mx.make_cell(TestEntry("t::b", "failed", "syncs", syncs=(ev("run", 3),)), run).syncs == (
         "cudaStreamSynchronize via aten::nonzero at model.py:3",)
+
+
+def test_matrix_and_gate_count_compile_syncs_apart_from_run_syncs():
+    """One per-site record holding 3 run-phase and 2 compile-phase syncs: the cell lists each
+    phase's syncs with their phase, and the gate budgets them as two sites."""
+    from syncguard import matrix as mx
+
+    run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
+    events = [ev("run", 7)] * 3 + [ev("compile", 7)] * 2
+    records = aggregate(events)[0]
+    assert len(records) == 1 and dict(records[0].phases) == {"run": 3, "compile": 2}
+    cell = mx.make_cell(TestEntry("t::a", "passed", "allowed", allowed=tuple(records)), run)
+    assert sorted(cell.allowed) == sorted(
+        ["cudaStreamSynchronize via aten::nonzero at model.py:7"] * 3
+        + ["cudaStreamSynchronize via aten::nonzero while compile at model.py:7"] * 2)
+    where = "cudaStreamSynchronize in ? (model.py)"
+    assert cell.sites == {where: 3, f"{where} while compile": 2}

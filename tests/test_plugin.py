@@ -104,7 +104,7 @@ def test_fail_mode_fails_with_table_naming_line(pytester, run):
     out = res.stdout.str()
     line = _line(SYNCING, "aten::nonzero")
     assert f"test_m.py:{line}" in out and 'fake_sync(op="aten::nonzero")' in out
-    assert "keep the mask on the CPU" in out  # the hint for aten::nonzero
+    assert "sync-free alternative: torch.nonzero_static" in out  # aten::nonzero: the table's hint
     tests = _tests(_doc(pytester))
     assert [tests[n]["audit"] for n in ("test_clean", "test_sync", "test_allowed", "test_off")] == [
         "clean", "syncs", "allowed", "off"]
@@ -669,47 +669,34 @@ def test_isolate_without_cuda_starts_no_subprocess(pytester, run):
 
 # -- phases (issue 13) -------------------------------------------------------------------------
 
-PHASE_CONFTEST = """
-    # FAKE phases: stamps a phase on events by their op, as the detectors' compile / graph-capture
-    # detection will; wraps the audit() that syncguard's session and examples modules call.
-    import contextlib, dataclasses
-    import syncguard.examples, syncguard.session
-
-    PHASE_OF = {"fake::compile": "compile", "fake::capture": "graph_capture"}
-    _audit = syncguard.session.audit
-
-    @contextlib.contextmanager
-    def audit(*args, **kwargs):
-        with _audit(*args, **kwargs) as rep:
-            yield rep
-        rep.syncs[:] = [dataclasses.replace(e, phase=PHASE_OF.get(e.op, "run")) for e in rep.syncs]
-
-    syncguard.session.audit = syncguard.examples.audit = audit
-"""
 PHASE_TESTS = """
     import pytest
     from syncguard.testing import fake_sync  # FAKE detector: plumbing only
 
+    # the phase a real detector reads from the stack is given by hand (FAKE)
     def test_compile():
-        fake_sync(op="fake::compile")
+        fake_sync(op="fake::compile", phase="compile")
 
     def test_capture():
-        fake_sync(op="fake::capture")
+        fake_sync(op="fake::capture", phase="graph_capture")
 
     def test_run():
         fake_sync(op="aten::nonzero")
 
     @pytest.mark.syncguard(fail_on_phase="graph_capture")
     def test_capture_marked():
-        fake_sync(op="fake::capture")
+        fake_sync(op="fake::capture", phase="graph_capture")
+
+    def test_fixture_block(syncguard):
+        with syncguard.forbid():  # the region the fixture opens follows the option too
+            fake_sync(op="fake::compile", phase="compile")
 """
 
 
 def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, run):
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m=PHASE_TESTS)
     res = run("--syncguard", FAKE, "--syncguard-report=r.json")
-    res.assert_outcomes(passed=2, failed=2)
+    res.assert_outcomes(passed=3, failed=2)
     res.stdout.fnmatch_lines(["FAILED test_m.py::test_run*", "FAILED test_m.py::test_capture_marked*"],
                              consecutive=False)
     t = _tests(_doc(pytester))
@@ -718,8 +705,9 @@ def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, ru
     assert moved["phases"] == {"compile": 1} and moved["lineno"] == _line(PHASE_TESTS, "fake::compile")
     assert "--syncguard-fail-on-phase=compile" in moved["reason"]
     assert t["test_capture_marked"]["syncs"][0]["phases"] == {"graph_capture": 1}  # per-site record
+    assert t["test_fixture_block"]["allowed"][0]["phases"] == {"compile": 1}
     res.stdout.fnmatch_lines([
-        "2 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
+        "3 sync site(s) while compiling or capturing CUDA graphs (shown, not failing*",
         f"*test_m.py:{_line(PHASE_TESTS, 'fake::compile')}  [[]compile] stream_sync fake::compile  "
         "hint: torch.compile syncs*"])
 
@@ -727,17 +715,15 @@ def test_compile_and_capture_syncs_are_shown_not_failing_by_default(pytester, ru
 @pytest.mark.parametrize("args, ini", [(["--syncguard-fail-on-phase=compile,graph_capture"], ""),
                                        ([], "syncguard_fail_on_phase = compile, graph_capture")])
 def test_fail_on_phase_option_and_ini_twin(pytester, run, args, ini):
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m=PHASE_TESTS)
     pytester.makeini(f"[pytest]\n{ini}\n")
     res = run("--syncguard", FAKE, "--syncguard-report=r.json", *args)
-    res.assert_outcomes(failed=4)
+    res.assert_outcomes(failed=5)
     assert _doc(pytester)["options"]["fail_on_phase"] == ["compile", "graph_capture"]
 
 
 def test_fail_on_phase_hypothesis_examples(pytester, run):
     """Per-example judging follows the same rule: a compile-phase sync does not fail an example."""
-    pytester.makeconftest(PHASE_CONFTEST)
     pytester.makepyfile(test_m="""
         from hypothesis import given, settings, strategies as st
         from syncguard.testing import fake_sync  # FAKE detector: plumbing only
@@ -745,7 +731,7 @@ def test_fail_on_phase_hypothesis_examples(pytester, run):
         @settings(max_examples=10, database=None, deadline=None)
         @given(st.integers(0, 5))
         def test_h(n):
-            fake_sync(op="fake::compile")
+            fake_sync(op="fake::compile", phase="compile")
     """)
     run("--syncguard", FAKE).assert_outcomes(passed=1)
     run("--syncguard", FAKE, "--syncguard-fail-on-phase=compile").assert_outcomes(failed=1)
@@ -757,3 +743,61 @@ def test_bad_fail_on_phase_is_a_usage_error(pytester, run):
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["ERROR: syncguard: command line option --syncguard-fail-on-phase: "
                               "unknown phase(s) [[]'linking'[]]; choose from compile, graph_capture*"])
+
+
+# -- which detector ran, said once (issue 16) --------------------------------------------------
+
+def test_detector_reason_is_said_once_and_per_test_where_it_differs(pytester, run):
+    """FAKE: the registry's resolve() is wrapped to give a fallback reason to one test, as a
+    CUPTI subscriber held elsewhere would; the region's reason must reach the JSON and summary."""
+    pytester.makeconftest("""
+        import pytest
+        import syncguard.detectors as registry
+
+        @pytest.fixture(autouse=True)
+        def fallback(request, monkeypatch):  # undone after each test: pytester runs in-process
+            resolve = registry.resolve
+            if "fallback" in request.node.name:
+                monkeypatch.setattr(registry, "resolve", lambda requested: (
+                    resolve(requested)[0], "fake: cuda detector not used (stand-in)"))
+    """)
+    pytester.makepyfile(test_m="""
+        from syncguard.testing import fake_sync
+        def test_a(): pass
+        def test_b(): pass
+        def test_fallback(): pass
+    """)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=3)
+    raw = sessionfile.read_json(pytester.path / "r.json")
+    assert raw["provenance"]["detectors_ran"] == "fake (as asked)"
+    by_id = {t["nodeid"].split("::")[-1]: t for t in raw["tests"]}
+    assert "detector_reason" not in by_id["test_a"]
+    assert by_id["test_fallback"]["detector_reason"] == "fake: cuda detector not used (stand-in)"
+    assert _tests(_doc(pytester))["test_a"]["detector_reason"] == "fake (as asked)"  # from the top
+    res.stdout.fnmatch_lines(["detectors: fake (as asked)",
+                              "  1 test(s) under other detectors: fake: cuda detector not used*"])
+    assert sum("detectors: fake (as asked)" in line for line in res.outlines) == 1
+
+
+
+def test_a_profile_test_runs_in_its_own_process_without_the_isolate_option(pytester, run):
+    """FAKE detector alongside profile (CPU: the profiler runs on the CPU only): a test whose
+    detectors include profile runs in a child, so the profiler never runs in the session's
+    process (CUPTI would keep its subscriber there and the cuda detector could not subscribe)."""
+    pytester.makepyfile(test_m="""
+        import os, pytest
+
+        @pytest.mark.syncguard(detectors="fake,profile")
+        def test_profiled(syncguard):
+            syncguard.record("pid", os.getpid())
+
+        def test_plain(syncguard):
+            syncguard.record("pid", os.getpid())
+    """)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    res.assert_outcomes(passed=2)
+    t = _tests(_doc(pytester))
+    assert t["test_profiled"]["measurements"]["pid"] != os.getpid()
+    assert t["test_plain"]["measurements"]["pid"] == os.getpid()
+    assert "--syncguard-isolate" not in res.stdout.str()

@@ -109,3 +109,11 @@ def test_the_ci_profile_is_derandomized_and_chosen_under_ci(env, expected):
     assert settings.get_profile("dev").derandomize is False
     with pytest.raises(ValueError, match="HYPOTHESIS_PROFILE='nope'"):
         conftest.chosen_profile({"HYPOTHESIS_PROFILE": "nope"})
+
+
+def test_describe_names_what_ran_beside_what_was_asked():
+    doc = {"provenance": {"detectors": ["auto"], "detectors_ran": "debug,trace: cuda detector "
+                                                                 "not used (no libcupti)"}}
+    assert provenance.describe(doc)["detectors"] == (
+        "auto (ran: debug,trace: cuda detector not used (no libcupti))")
+    assert provenance.describe({"provenance": {"detectors": ["auto"]}})["detectors"] == "auto"

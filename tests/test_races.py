@@ -466,3 +466,16 @@ def test_trace_sync_callback_runs_the_checksum_check():
         found = det.stop()
     assert [(e.ops, e.sites[0]) for e in found] == [
         (("<unseen host write>", "aten::copy_"), _site("SYNC (FAKE trace)"))]
+
+
+def test_the_lasting_trace_hook_is_said_once_by_the_detector_that_armed_it(monkeypatch):
+    """FAKE (_assume_cuda, CPU): a fresh hub (as in a new process) installs torch's CUDA trace,
+    which torch cannot deactivate; the first detector says so in its notes, later ones do not."""
+    monkeypatch.setattr(races, "_HUB", races._Hub())
+    first, second = RaceDetector(_assume_cuda=True), RaceDetector(_assume_cuda=True)
+    first.start()
+    first.stop()
+    second.start()
+    second.stop()
+    assert [n for n in first.notes if "cannot be undone" in n] == [races.LASTING_NOTE]
+    assert not any("cannot be undone" in n for n in second.notes)

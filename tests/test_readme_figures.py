@@ -49,3 +49,20 @@ def _ratio() -> float:
 def test_the_readme_says_a_cpu_run_checks_no_sync():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "A CPU CI run checks no sync." in text
+
+
+def test_the_module_map_names_every_module_once():
+    """README's "How it is built" has one row per module of syncguard/ (detectors/ by file, the
+    predict package as one row), and no row for a module that is gone."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## How it is built"):]
+    rows = re.findall(r"^\| `([^`]+)` \|", section, flags=re.M)
+    pkg = ROOT / "syncguard"
+    modules = sorted(
+        [p.name for p in pkg.glob("*.py") if p.name != "__init__.py"]
+        + [f"detectors/{p.name}" for p in (pkg / "detectors").glob("*.py")]
+        + [f"{d.name}/" for d in pkg.iterdir() if d.is_dir() and d.name != "detectors"
+           and (d / "__init__.py").exists()])
+    assert sorted(rows) == modules, set(rows) ^ set(modules)

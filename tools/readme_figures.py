@@ -29,7 +29,7 @@ _LABELS = {
     "triton_row_scatter": "fused Triton row scatter",
 }
 _DETECTOR_COLUMNS = (("audit(debug)", "`debug`"), ("audit(trace)", "`trace`"),
-                     ("audit(debug+trace) (default)", "`debug`+`trace` (default)"),
+                     ("audit(debug+trace) (default)", "`debug`+`trace` (`auto`'s fallback)"),
                      ("audit(debug+trace+profile)", "+ `profile`"),
                      ("bare, CUDA trace activated", "bare, after trace was activated"))
 

@@ -58,8 +58,9 @@ def _builtin() -> None:
         return
     from .torch_hooks import Debug, Fake, GpuTrace, Profile, Trace
     from .cuda import Cuda
+    from .predicted import Predict
 
-    for det in (Fake(), Cuda(), Debug(), Trace(), GpuTrace(), Profile()):
+    for det in (Fake(), Cuda(), Debug(), Trace(), GpuTrace(), Profile(), Predict()):
         register(det)
 
 
