@@ -39,6 +39,9 @@ C="-c samples/gpu_project/pytest.ini"
 if [ "$what" = extras ] || [ "$what" = full ]; then
   step "mutation-$ver" env PYTHON=$py tools/mutation_experiment.sh "$out/mutation-$ver.txt"
   step "races-bench-$ver" $py bench/bench_races.py --out "$out/races-bench-$ver.json"
+  # a thread syncing while regions open and close: 8 processes bare, 8 audited, exit codes counted
+  step "stress-threads-$ver" bash -c 'for m in bare audit; do for i in 1 2 3 4 5 6 7 8; do
+      '"$py"' tools/stress_threads.py $m 300 > /dev/null 2>&1; echo "$m rc=$?"; done; done | sort | uniq -c'
   step sample-serial $py -m pytest $C samples/gpu_project/tests $P --syncguard --syncguard-report="$out/sample-serial.json"
   step sample-n4 $py -m pytest $C samples/gpu_project/tests $P --syncguard -n 4 --syncguard-report="$out/sample-n4.json"
   step sample-Werror $py -m pytest $C samples/gpu_project/tests $P --syncguard -W error --syncguard-report="$out/sample-Werror.json"

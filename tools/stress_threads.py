@@ -1,0 +1,44 @@
+"""Does a thread that keeps syncing crash the process while another thread opens and closes
+audited regions? Run as ``python tools/stress_threads.py MODE N`` (MODE: bare or audit); the
+shell loop in tools/gpu_suite.sh counts exit codes over several processes of each mode, side by
+side, so a crash is attributed to syncguard only if bare never crashes.
+
+Written after the corpus runner segfaulted twice (of three runs) in its default-detector pass,
+on its helper thread's ``float(t.sum())`` (reports/gpu/2.11.0/corpus-2.11.0.log).
+"""
+import contextlib
+import faulthandler
+import sys
+import threading
+import time
+
+import torch
+
+import syncguard
+
+faulthandler.enable()
+mode, n = sys.argv[1], int(sys.argv[2])
+t = torch.ones(16, device="cuda")
+x = torch.randn(4096, device="cuda")
+idx = torch.randint(0, 4096, (4096,), device="cuda")
+stop, syncs = threading.Event(), [0]
+
+
+def noise():
+    while not stop.is_set():
+        float(t.sum())  # a D2H read and a stream sync on this thread, no region of its own
+        syncs[0] += 1
+        time.sleep(0.0002)
+
+
+th = threading.Thread(target=noise, daemon=True)
+th.start()
+t0 = time.time()
+for _ in range(n):
+    with (syncguard.audit() if mode == "audit" else contextlib.nullcontext()):
+        torch.zeros(4096, device="cuda").scatter_add_(0, idx, x)
+        x.cumsum(0)
+        x.sort()
+stop.set()
+th.join()
+print(f"{mode}: {n} regions, helper thread synced {syncs[0]} times, {time.time() - t0:.1f} s")
