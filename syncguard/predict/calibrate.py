@@ -127,11 +127,20 @@ def _line_mapper(root: str, report_rel: str, source_rel: str):
                               check=True).stdout
 
     try:
-        commit = git("log", "--format=%H", "-1", "--", report_rel).strip()
-        old = git("show", f"{commit}^:{source_rel}").splitlines() if commit else None
+        with open(os.path.join(root, report_rel), encoding="utf-8") as f:
+            named = ((json.load(f).get("provenance") or {}).get("project") or {}).get("commit")
+        if named:  # a report with provenance names the exact source it ran
+            source = f"{named}:{source_rel}"
+        else:  # older reports: the parent of the last commit that added or changed the report,
+            # under the path it was recorded at (reports/archive/ holds moved, unedited runs)
+            history_rel = report_rel.replace("reports/archive/", "reports/", 1)
+            commit = git("log", "--diff-filter=AM", "--format=%H", "-1", "--",
+                         history_rel).strip()
+            source = f"{commit}^:{source_rel}" if commit else None
+        old = git("show", source).splitlines() if source else None
         with open(os.path.join(root, source_rel), encoding="utf-8") as f:
             now = f.read().splitlines()
-    except (OSError, subprocess.CalledProcessError):
+    except (OSError, ValueError, subprocess.CalledProcessError):
         old = None
 
     def remap(line):
@@ -181,10 +190,15 @@ def calibrate_cases(session_json: str, root: str, target: str,
     tests = {t["nodeid"]: t for t in data.get("tests", [])}
     remap = _line_mapper(root, os.path.relpath(session_json, root), "cases/merge.py")
     for name, v in VARIANTS.items():
-        test = tests.get(f"cases/test_merge.py::test_declared_sync[{name}]", {})
-        measured = [(e["kind"], remap(e.get("lineno"))) for e in test.get("allowed", []) + test.get("syncs", [])
+        # the id gained its mode (``-default``) when declarations became per mode; session
+        # reports from schema 2 on store one record per site with a ``count``
+        test = (tests.get(f"cases/test_merge.py::test_declared_sync[{name}]")
+                or tests.get(f"cases/test_merge.py::test_declared_sync[{name}-default]", {}))
+        measured = [(e["kind"], remap(e.get("lineno")))
+                    for e in test.get("allowed", []) + test.get("syncs", [])
                     if (e.get("reason") or "").startswith("declared:")
-                    and (e.get("filename") or "").endswith("merge.py")]
+                    and (e.get("filename") or "").endswith("merge.py")
+                    for _ in range(e.get("count", 1))]
         with predicting(target, rules=table) as p:
             x, mask, mm = representative_inputs(name, 256, 64)
             s0, u0 = len(p.syncs), len(p.unmodelled)
