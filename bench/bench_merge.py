@@ -166,7 +166,7 @@ def measure_split(name: str, tokens: int, hidden: int, *, dtype, warmup: int, re
     of the multimodal rows, interleaved round by round."""
     import torch
 
-    from cases.merge import VARIANTS, representative_inputs
+    from cases.merge import VARIANTS, peak_extra_bytes, representative_inputs
 
     inputs_embeds, mask, mm = representative_inputs(name, tokens, hidden, dtype=dtype)
     dst = torch.empty_like(mm)
@@ -193,12 +193,7 @@ def measure_split(name: str, tokens: int, hidden: int, *, dtype, warmup: int, re
         cd, ch = _round_medians(copy, sleep_cycles, reps)
         m_dev.append(d), m_host.append(h), c_dev.append(cd), c_host.append(ch)
         ratio.append(d / cd if cd > 0 else float("nan"))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    merge()
-    torch.cuda.synchronize()
-    peak_extra = torch.cuda.max_memory_allocated() - before
+    peak_extra = peak_extra_bytes(merge)
     return {"variant": name, "tokens": tokens, "hidden": hidden, "mm_rows": mm.shape[0],
             "device_ms": _band(m_dev, 5), "host_us": _band(m_host, 1),
             "copy_device_ms": _band(c_dev, 5), "copy_host_us": _band(c_host, 1),

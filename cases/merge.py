@@ -439,6 +439,16 @@ def representative_inputs(variant: str, tokens: int, hidden: int, *,
     return inputs_embeds, mask, mm
 
 
+def peak_extra_bytes(fn: Callable[[], Any]) -> int:
+    """Device memory ``fn`` needs beyond what is already allocated (its temporaries)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
 def _median_ms(fn: Callable[[], Any], warmup: int, reps: int) -> tuple[float, list[float]]:
     for _ in range(warmup):
         fn()
@@ -482,12 +492,7 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
     dst = torch.empty_like(mm)
     copy_ms, _ = _median_ms(functools.partial(dst.copy_, mm), warmup, reps)
     del dst
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    run()
-    torch.cuda.synchronize()
-    peak_extra = torch.cuda.max_memory_allocated() - before
+    peak_extra = peak_extra_bytes(run)
     times.sort()
     out = {
         "variant": variant, "tokens": tokens, "hidden": hidden, "dtype": str(dtype).replace(
