@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterable
 from .attribution import is_internal as _is_internal, user_site
 from .events import RACE, RaceEvent
 
-__all__ = ["RaceDetector", "PinnedTracker"]
+__all__ = ["RaceDetector", "PinnedTracker", "PinnedOps"]
 
 #: Ops whose syncs (fired inside the op) come after the op's own device work: a blocking copy or
 #: ``.item()`` enqueues the copy and then waits for its stream. Replaying such a sync after the
@@ -334,6 +334,71 @@ class PinnedTracker:
 
 
 # ---------------------------------------------------------------------------------------------
+# Pinned buffers: which aten ops touch them (needs torch; fed to the tracker above)
+
+class PinnedOps:
+    """The aten side of the pinned-buffer check: which dispatched ops are copies between a CUDA
+    tensor and a CPU one, and which CPU ops touch host bytes, told to a :class:`PinnedTracker`.
+
+    Apart from the tracker so that the tracker stays pure bookkeeping over the vector clocks
+    (tested with fake copies, no GPU), and apart from :class:`RaceDetector` so that the detector
+    keeps only the lifecycle and the stream-race path of each op.
+    """
+
+    def __init__(self, tracker: PinnedTracker, sanitizer: Any, leaves: Callable[[Any], list]):
+        self.tracker = tracker
+        self._san, self._leaves = sanitizer, leaves
+
+    @staticmethod
+    def copy_info(name: str, args: tuple, kwargs: dict, out: Any):
+        """(pinned-side tensor, copy writes it, copy is pending, its bytes) for a CUDA<->CPU copy."""
+        import torch
+
+        if name == "aten::copy_":
+            dst = args[0] if args else kwargs.get("self")
+            src = args[1] if len(args) > 1 else kwargs.get("src")
+            non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+        else:
+            src, dst = (args[0] if args else kwargs.get("self")), out
+            non_blocking = kwargs.get("non_blocking", False)
+        if not (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)):
+            return None
+        if dst.is_cuda and src.device.type == "cpu":
+            host, writes_host = src, False
+        elif src.is_cuda and dst.device.type == "cpu":
+            host, writes_host = dst, True
+        else:
+            return None
+        # non_blocking from pageable memory returns only once the host buffer is safe to reuse
+        pending = bool(non_blocking) and _is_pinned(host)
+        return host, writes_host, pending, byte_range(host)
+
+    def copy(self, info: tuple, *, stream: int, seq: int, op: str) -> None:
+        """A launched copy (``copy_info``'s answer): checked, and tracked while it is pending."""
+        host, writes_host, pending, rng = info
+        if rng is not None and (pending or self.tracker.pending):
+            self.tracker.device_access(
+                *rng, stream=stream, seq=seq, writes_host=writes_host, op=op, site=_here,
+                tensor=describe(host), data_ptr=host.data_ptr(), pending=pending, lifetime=host)
+
+    def host_op(self, schema, name: str, args: tuple, kwargs: dict, is_factory: bool) -> None:
+        """A CPU op: every tensor argument it reads or writes, checked against pending copies."""
+        import torch
+
+        for argument, value in self._san.zip_arguments(schema, args, kwargs):
+            alias = argument.alias_info
+            write = alias is not None and alias.is_write
+            if not write and (is_factory or alias is not None):
+                continue  # a view or a factory reads metadata only
+            for t in self._leaves(value):
+                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                    rng = byte_range(t)
+                    if rng is not None:
+                        self.tracker.host_access(*rng, write=write, op=name, site=_here,
+                                                 tensor=describe(t), data_ptr=t.data_ptr())
+
+
+# ---------------------------------------------------------------------------------------------
 # Process-global machinery: trace callbacks registered once, gated by the set of live detectors
 
 #: races=True leaves a lasting hook: torch cannot deactivate its CUDA trace once activated
@@ -511,6 +576,7 @@ class RaceDetector:
         self._handler = _handler_class(sanitizer)()
         self._tracker = PinnedTracker(self._handler.syncs, self._races,
                                       checksum_max_bytes=self.checksum_max_bytes)
+        self._pinned = PinnedOps(self._tracker, sanitizer, self._leaves)
         self._op_thread: int | None = None  # the thread inside an op we are dispatching
         self._op_syncs: list[tuple[str, tuple]] = []
         try:
@@ -619,7 +685,8 @@ class RaceDetector:
         # torch calls (stream, is_pinned) stay outside the lock: a trace callback from a thread that
         # holds an allocator mutex may be waiting for it.
         stream = _current_stream() if launched else None
-        copy = self._copy_info(name, args, kwargs, out) if launched and name in _COPY_OPS else None
+        copy = (PinnedOps.copy_info(name, args, kwargs, out) if launched and name in _COPY_OPS
+                else None)
         with self._lock:
             if self._handler is None:  # stopped meanwhile
                 return out
@@ -634,17 +701,12 @@ class RaceDetector:
                         getattr(self._handler, method)(*a)
                     self._tracker.host_synced(_here)
                 if copy is not None:
-                    host, writes_host, pending, rng = copy
-                    if rng is not None and (pending or self._tracker.pending):
-                        self._tracker.device_access(
-                            *rng, stream=stream, seq=seq, writes_host=writes_host, op=name,
-                            site=_here, tensor=describe(host), data_ptr=host.data_ptr(),
-                            pending=pending, lifetime=host)
+                    self._pinned.copy(copy, stream=stream, seq=seq, op=name)
             if copy is None and self._tracker.pending and name not in _METADATA_OPS:
-                self._host_op(schema, name, args, kwargs, is_factory)
+                self._pinned.host_op(schema, name, args, kwargs, is_factory)
         return out
 
-    # -- the two race kinds -------------------------------------------------------------------------
+    # -- stream races (pinned-buffer races: PinnedOps) ----------------------------------------------
     def _stream_races(self, errors: list, args, kwargs, out) -> None:
         import torch
 
@@ -658,45 +720,6 @@ class RaceDetector:
                 self._note(f"race detector: unexpected sanitizer error {err!r}")
                 continue
             self._races.add(*stream_race_event(err, tensors.get(err.data_ptr)))
-
-    @staticmethod
-    def _copy_info(name: str, args: tuple, kwargs: dict, out: Any):
-        """(pinned-side tensor, copy writes it, copy is pending, its bytes) for a CUDA<->CPU copy."""
-        import torch
-
-        if name == "aten::copy_":
-            dst = args[0] if args else kwargs.get("self")
-            src = args[1] if len(args) > 1 else kwargs.get("src")
-            non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
-        else:
-            src, dst = (args[0] if args else kwargs.get("self")), out
-            non_blocking = kwargs.get("non_blocking", False)
-        if not (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)):
-            return None
-        if dst.is_cuda and src.device.type == "cpu":
-            host, writes_host = src, False
-        elif src.is_cuda and dst.device.type == "cpu":
-            host, writes_host = dst, True
-        else:
-            return None
-        # non_blocking from pageable memory returns only once the host buffer is safe to reuse
-        pending = bool(non_blocking) and _is_pinned(host)
-        return host, writes_host, pending, byte_range(host)
-
-    def _host_op(self, schema, name: str, args: tuple, kwargs: dict, is_factory: bool) -> None:
-        import torch
-
-        for argument, value in self._san.zip_arguments(schema, args, kwargs):
-            alias = argument.alias_info
-            write = alias is not None and alias.is_write
-            if not write and (is_factory or alias is not None):
-                continue  # a view or a factory reads metadata only
-            for t in self._leaves(value):
-                if isinstance(t, torch.Tensor) and t.device.type == "cpu":
-                    rng = byte_range(t)
-                    if rng is not None:
-                        self._tracker.host_access(*rng, write=write, op=name, site=_here,
-                                                  tensor=describe(t), data_ptr=t.data_ptr())
 
 
 def stream_race_event(err: Any, tensor: Any = None) -> tuple[tuple, Callable[[], RaceEvent]]:

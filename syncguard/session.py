@@ -4,7 +4,8 @@ Like pytest-xdist's ``DSession`` and pytest-benchmark's ``BenchmarkSession``: pl
 :class:`SyncguardSession` per pytest process (serial run, xdist controller, xdist worker, isolate
 child) in ``pytest_configure`` and registers it, so its methods are the hook implementations and
 its attributes are the run's state. Options live in options.py, isolation in isolate.py,
-hypothesis examples in examples.py, sticky CUDA errors in poison.py, the file in sessionfile.py.
+hypothesis examples in examples.py, sticky CUDA errors in poison.py, the file in sessionfile.py;
+writing the file and the terminal summary out is :class:`SessionOutput`'s, called from the hooks.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pytest
 
@@ -189,9 +190,7 @@ class SyncguardSession:
         self.worker_id = (config.workerinput.get("workerid") if self.is_worker  # type: ignore
                           else None) or devices.current_worker_id()
         self.entries: dict[str, TestEntry] = {}
-        self.file: SessionFile | None = None
         self.warmed = False
-        self.child_reports: list[dict] = []
         self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
         self.scope_for = ScopeResolver(config)
@@ -206,20 +205,11 @@ class SyncguardSession:
             # open before collection: tests and skip conditions see torch.cuda.is_available()
             self.prediction = predicting()
             self.prediction.__enter__()
-        if self.settings.report and not self.is_worker and not self.settings.child:
-            path = Path(config.invocation_params.dir, self.settings.report)
-            try:
-                self.file = SessionFile(path, {**self.settings.options(),
-                                               "scope": self.codescope.text},
-                                        max_stacks=self.settings.max_stacks)
-            except OSError as e:
-                raise pytest.UsageError(f"syncguard: --syncguard-report={self.settings.report}: "
-                                        f"cannot write there ({e.strerror or e})") from None
+        self.output = SessionOutput(config, self.settings, self.codescope.text, self.is_worker)
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.file is not None:
-            self.file.write(self.entries.values(), complete=False)
+        self.output.started(self.entries.values())
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -246,12 +236,7 @@ class SyncguardSession:
             block.__exit__(None, None, None)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.settings.child:
-            write_atomic(self.settings.child, json.dumps(self.child_reports))
-        if self.file is not None:
-            complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
-                        and not session.shouldstop)
-            self.file.write(self.entries.values(), complete=complete)
+        self.output.finished(session, exitstatus, self.entries.values())
         if self.gate_failed() and session.exitstatus in (pytest.ExitCode.OK,
                                                          pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -362,9 +347,7 @@ class SyncguardSession:
         return rep
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.settings.child:
-            self.child_reports.append(self.config.hook.pytest_report_to_serializable(
-                config=self.config, report=report))
+        self.output.reported(report)
         data = getattr(report, "syncguard_entry", None)
         if data is not None:
             entry = self.entries[report.nodeid] = TestEntry.from_dict(data)
@@ -377,24 +360,81 @@ class SyncguardSession:
             self.entries.setdefault(report.nodeid, TestEntry(
                 report.nodeid, "failed", "off", worker=getattr(gateway, "id", None),
                 reason=f"no syncguard result: {str(report.longrepr).splitlines()[0]}"))
-        if self.file is not None and data is not None:
-            self.file.write_now_and_then(self.entries.values())
+        if data is not None:
+            self.output.progressed(self.entries.values())
 
     # -- terminal -----------------------------------------------------------------------------
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.is_worker or self.settings.child or not (self.entries or self.gate_failed()):
+        self.output.summary(terminalreporter, list(self.entries.values()), self.gate_failed(),
+                            self.no_cuda_to_isolate)
+
+
+class SessionOutput:
+    """What one pytest process writes out: the session report file and the terminal summary (a
+    serial run or the xdist controller), or the test reports an ``--syncguard-isolate`` child
+    hands back to its parent.
+
+    Apart from :class:`SyncguardSession` so that the session keeps the run's state and its
+    judging, and this keeps how that state is written down, the way pytest-xdist's ``DSession``
+    leaves its terminal lines to a ``TerminalDistReporter``. The session's hooks call it; it is
+    not registered as a plugin itself.
+    """
+
+    def __init__(self, config: pytest.Config, settings, scope: str, is_worker: bool):
+        self.config, self.settings, self.scope = config, settings, scope
+        self.writes = not is_worker and not settings.child  # the report file and the summary
+        self.child_reports: list[dict] = []
+        self.file: SessionFile | None = None
+        if settings.report and self.writes:
+            path = Path(config.invocation_params.dir, settings.report)
+            try:
+                self.file = SessionFile(path, {**settings.options(), "scope": scope},
+                                        max_stacks=settings.max_stacks)
+            except OSError as e:
+                raise pytest.UsageError(f"syncguard: --syncguard-report={settings.report}: "
+                                        f"cannot write there ({e.strerror or e})") from None
+
+    def started(self, entries: Iterable[TestEntry]) -> None:
+        """An (empty, incomplete) report from the start: a run killed at once still leaves one."""
+        if self.file is not None:
+            self.file.write(entries, complete=False)
+
+    def reported(self, report: pytest.TestReport) -> None:
+        """An isolate child keeps every phase's report for its parent."""
+        if self.settings.child:
+            self.child_reports.append(self.config.hook.pytest_report_to_serializable(
+                config=self.config, report=report))
+
+    def progressed(self, entries: Iterable[TestEntry]) -> None:
+        """After each test: an interrupted run keeps what it has (at most one write a second)."""
+        if self.file is not None:
+            self.file.write_now_and_then(entries)
+
+    def finished(self, session: pytest.Session, exitstatus: int,
+                 entries: Iterable[TestEntry]) -> None:
+        """The child's reports, or the report marked complete unless the run stopped early."""
+        if self.settings.child:
+            write_atomic(self.settings.child, json.dumps(self.child_reports))
+        if self.file is not None:
+            complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
+                        and not session.shouldstop)
+            self.file.write(entries, complete=complete)
+
+    def summary(self, terminalreporter, tests: list[TestEntry], gate_failed: bool,
+                no_cuda_to_isolate: str | None) -> None:
+        """The ``syncguard`` section of pytest's terminal summary, where this process writes one."""
+        if not self.writes or not (tests or gate_failed):
             return
         try:
-            tests = list(self.entries.values())
-            terminalreporter.write_sep("=", "syncguard", red=self.gate_failed())
-            if self.gate_failed():
+            terminalreporter.write_sep("=", "syncguard", red=gate_failed)
+            if gate_failed:
                 terminalreporter.write_line(
                     "syncguard: FAILED: --syncguard-require-cuda: no test could be audited "
                     f"({_why_none(tests)}); the session fails", red=True, bold=True)
-            if self.no_cuda_to_isolate and self.settings.isolate:
+            if no_cuda_to_isolate and self.settings.isolate:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
-                                            f"{self.no_cuda_to_isolate}")
-            for line in summary_lines(tests, summarize(tests), scope=self.codescope.text):
+                                            f"{no_cuda_to_isolate}")
+            for line in summary_lines(tests, summarize(tests), scope=self.scope):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")
