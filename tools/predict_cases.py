@@ -55,8 +55,8 @@ class Harness:
         # what the plugin's wiring will do: every region a test opens is fed by the predictor
         orig = scope.Region.__init__
 
-        def predicted_region(region, detectors=None, races=False, raise_on_exit=False):
-            orig(region, ("fake",), False, raise_on_exit)
+        def predicted_region(region, detectors=None, races=False, raise_on_exit=False, **kw):
+            orig(region, ("fake",), False, raise_on_exit, fail_on_phases=kw.get("fail_on_phases", ()))
 
         scope.Region.__init__ = predicted_region
         self.stack.callback(setattr, scope.Region, "__init__", orig)
@@ -132,7 +132,8 @@ def run_suite(name: str, target: str, table) -> tuple[list, list, list, str]:
         path = os.path.normpath(os.path.join(rootdir, nodeid.split("::")[0]))
         remap = maps.setdefault(path, _line_mapper(ROOT, ref, path))
         measured = [(e["kind"], remap(e["lineno"]) if (e.get("filename") or "").endswith(
-            os.path.basename(path)) else e["lineno"]) for e in ref_test["syncs"]]
+            os.path.basename(path)) else e["lineno"]) for e in ref_test["syncs"]
+            for _ in range(e.get("count", 1))]  # session schema 2+: one record per site
         predicted = [(k, ln) for k, _, ln in got["syncs"]]
         row = {"nodeid": nodeid, "gpu_audit": ref_test["audit"], "predicted_audit": got["audit"],
                "measured": measured, "predicted": predicted, "outcome": got.get("outcome"),
