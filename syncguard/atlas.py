@@ -17,6 +17,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -171,11 +172,25 @@ def _cell(snippet: dict[str, Any] | None) -> Cell:
 # ---------------------------------------------------------------------------------------------
 # Building
 
+_DETAIL = re.compile(r"\[[^\]]*\]")
+
+
+def _differ(a: str, b: str) -> bool:
+    """Two cells' waits differ. Where one run could not tell a copy's direction or host memory
+    (no "[...]", or "/?": e.g. a converted run whose ground truth named neither), only what both
+    know is compared, so a change in what was *measured* never reads as a change torch made."""
+    if _DETAIL.sub("", a) != _DETAIL.sub("", b):
+        return True  # other kinds or counts
+    if "/?]" in a or "/?]" in b or a.count("[") != b.count("["):
+        return False
+    return a != b
+
+
 def _mark_changes(cells: list[Cell]) -> list[Cell]:
     out, prev = [], None
     for c in cells:
         comparable = c.measured and c.error is None
-        if comparable and prev is not None and c.waits != prev.waits:
+        if comparable and prev is not None and _differ(c.waits, prev.waits):
             c = Cell(c.measured, c.waits, c.via, c.error, changed=True)
         out.append(c)
         if comparable:

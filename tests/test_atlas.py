@@ -82,6 +82,19 @@ def test_unmeasured_and_failed_cells_do_not_make_transitions():
                                  "blocking_copy_h2d[h2d/pageable]×2 from 2.11.0",)
 
 
+def test_host_memory_one_run_could_not_see_is_no_transition():
+    """A converted run names no host memory ("/?"): only what both runs know is compared."""
+    unknown = dict(H2D, memory=None)
+    pinned = dict(H2D, memory="pinned")
+    runs = [("a", _run("2.8.0", {"corpus/x": [unknown], "corpus/y": [unknown]})),
+            ("b", _run("2.11.0", {"corpus/x": [pinned], "corpus/y": []}))]
+    built = atlas.build(runs)
+    assert built.transitions == (
+        "`corpus/y`: blocking_copy_h2d[h2d/?] up to 2.8.0 → sync-free from 2.11.0",)
+    runs = [("a", _run("2.8.0", {"corpus/x": [H2D]})), ("b", _run("2.11.0", {"corpus/x": [pinned]}))]
+    assert atlas.build(runs).transitions  # both runs know the memory: pageable -> pinned is a change
+
+
 def test_syncing_row_names_its_alternative_with_what_the_runs_measured():
     one_hot = {"kind": "blocking_copy_d2h", "direction": "d2h", "memory": "pinned",
                "api": "cudaMemcpyAsync+cudaStreamSynchronize", "op": "aten::_local_scalar_dense"}

@@ -98,7 +98,20 @@ def detector_cost_table() -> str:
     return "\n".join(out)
 
 
-BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table}
+def atlas_transitions() -> str:
+    """The atlas's opening lines: what the committed corpus runs say changed between torches."""
+    sys.path.insert(0, str(ROOT))
+    from syncguard import atlas
+
+    runs = sorted((ROOT / "reports" / "atlas-runs").glob("*.json"))
+    built = atlas.build((str(p), atlas.load_run(str(p))) for p in runs)
+    out = [f"From {len(runs)} corpus runs ({', '.join(c.label for c in built.columns)}; "
+           "[reports/atlas.md](reports/atlas.md) has every pattern, cell and provenance):", ""]
+    return "\n".join(out + ([f"- {t}" for t in built.transitions] or ["- no transition"]))
+
+
+BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
+          "atlas-transitions": atlas_transitions}
 
 
 def render(text: str) -> str:
