@@ -378,20 +378,11 @@ def provenance(started: float) -> dict:
     from syncguard.sessionfile import environment
 
     env = environment()
-    commit = os.environ.get("SYNCGUARD_GIT_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
-                                    text=True, timeout=10).stdout.strip() or None
-        except (OSError, subprocess.TimeoutExpired):
-            commit = None
-    digest = hashlib.sha256()
-    for sub in ("syncguard", "tests/gpu", "cases", "tools"):
-        for dirpath, _, files in sorted(os.walk(os.path.join(ROOT, sub))):
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    with open(os.path.join(dirpath, f), "rb") as fh:
-                        digest.update(f.encode() + fh.read())
+    from syncguard import provenance as prov
+
+    commit = (prov.git_state(ROOT) or {}).get("commit")  # honours SYNCGUARD_GIT_COMMIT
+    digest = hashlib.sha256("".join(prov.code_digest(os.path.join(ROOT, sub)) for sub in (
+        "syncguard", "tests/gpu", "cases", "tools")).encode())
     return {**env, "git_commit": commit, "source_sha256": digest.hexdigest()[:16],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 1)}

@@ -98,17 +98,23 @@ class CuptiError(RuntimeError):
     """A CUPTI call failed; the message carries CUPTI's own name for the error."""
 
 
-def mapped_libcupti(maps: str = "/proc/self/maps") -> str | None:
-    """The libcupti already mapped into this process (torch's Kineto loads one), if any."""
+def mapped_library(stem: str, maps: str = "/proc/self/maps") -> str | None:
+    """The path of a shared library named ``stem*`` already mapped into this process, if any:
+    loading that very file makes ctypes share the process's instance of it."""
     try:
         with open(maps) as f:
             for line in f:
                 path = line.rstrip("\n").split(None, 5)[-1] if line.count(" ") >= 5 else ""
-                if "libcupti.so" in os.path.basename(path):
+                if stem in os.path.basename(path):
                     return path
     except OSError:
         return None
     return None
+
+
+def mapped_libcupti(maps: str = "/proc/self/maps") -> str | None:
+    """The libcupti already mapped into this process (torch's Kineto loads one), if any."""
+    return mapped_library("libcupti.so", maps)
 
 
 def candidate_paths(major: str | None) -> list[str]:

@@ -101,13 +101,7 @@ def _load_cudart():
     """The libcudart torch mapped (so the same runtime answers), for cudaPointerGetAttributes."""
     global _cudart
     if _cudart is None:
-        path = None
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if "libcudart.so" in line:
-                    path = line.split()[-1]
-                    break
-        lib = ctypes.CDLL(path or "libcudart.so")
+        lib = ctypes.CDLL(C.mapped_library("libcudart.so") or "libcudart.so")
         lib.cudaPointerGetAttributes.argtypes = [ctypes.POINTER(_PointerAttributes), ctypes.c_void_p]
         _cudart = lib
     return _cudart
