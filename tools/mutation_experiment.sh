@@ -44,10 +44,12 @@ run_case() {  # tree
 
 {
   echo "# mutation experiment: torch $("$PY" -c 'import torch; print(torch.__version__)'), cuda=$CUDA, $(date -u +%FT%TZ)"
-  echo "# tree: $(git -C "$ROOT" rev-parse HEAD)$(git -C "$ROOT" diff --quiet || echo ' (dirty)')"
+  # the GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit sent
+  echo "# tree: ${SYNCGUARD_GIT_COMMIT:-$(git -C "$ROOT" rev-parse HEAD)}$(
+    [ -n "${SYNCGUARD_GIT_COMMIT:-}" ] || git -C "$ROOT" diff --quiet || echo ' (dirty)')"
   echo "# selection: cases/test_merge.py -k '${SELECT[0]}'"
   caught=0; missed=0
-  cp -r "$ROOT" "$WORK/base"; rm -rf "$WORK/base/.hypothesis"
+  cp -r "$ROOT" "$WORK/base"; rm -rf "$WORK/base/.hypothesis" "$WORK/base/.carry" "$WORK/base/.devtree"
   echo; echo "## unmutated"
   out=$(run_case "$WORK/base")
   echo "$out" | grep -E "^(FAILED|ERROR)|passed|failed" | head -12

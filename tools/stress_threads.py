@@ -3,7 +3,8 @@ audited regions? Run as ``python tools/stress_threads.py MODE N`` (MODE: bare or
 shell loop in tools/gpu_suite.sh counts exit codes over several processes of each mode, side by
 side, so a crash is attributed to syncguard only if bare never crashes.
 
-Written after the corpus runner segfaulted twice (of three runs) in its default-detector pass,
+The cause was found with tools/probe_cupti_threads.py (reports/probes/cupti-threads-2.11.0/):
+unsubscribing CUPTI with callbacks enabled. Written after the corpus runner segfaulted twice (of three runs) in its default-detector pass,
 on its helper thread's ``float(t.sum())`` (reports/gpu/2.11.0/corpus-2.11.0.log).
 """
 import contextlib
@@ -34,11 +35,15 @@ def noise():
 th = threading.Thread(target=noise, daemon=True)
 th.start()
 t0 = time.time()
+ran = ()
 for _ in range(n):
-    with (syncguard.audit() if mode == "audit" else contextlib.nullcontext()):
+    with (syncguard.audit() if mode == "audit" else contextlib.nullcontext()) as report:
         torch.zeros(4096, device="cuda").scatter_add_(0, idx, x)
         x.cumsum(0)
         x.sort()
+    ran = report.detectors if report is not None else ()
 stop.set()
 th.join()
-print(f"{mode}: {n} regions, helper thread synced {syncs[0]} times, {time.time() - t0:.1f} s")
+# the detectors the default chose with the helper thread alive (cuda, since the fix)
+print(f"{mode}: {n} regions, detectors {','.join(ran) or '-'}, helper thread synced {syncs[0]} "
+      f"times, {time.time() - t0:.1f} s")

@@ -8,8 +8,7 @@ one sync (sync-debug mode's warning and a wrapper's copy kind) become one event.
 touches its module plus one line in :func:`_builtin`.
 
 ``auto`` (the default) means the most complete detector available: ``cuda`` (CUPTI callbacks) when
-it can subscribe and no other Python thread is running (see :func:`other_threads`), else the
-reversible torch-hook detectors ``debug`` and ``trace``. The region's report names what ran and
+it can subscribe, else the reversible torch-hook detectors ``debug`` and ``trace``. The region's report names what ran and
 why.
 """
 from __future__ import annotations
@@ -80,37 +79,13 @@ def ordered(selected) -> list[Detector]:
     return sorted((_registry[n] for n in selected), key=lambda d: d.order)
 
 
-#: Evidence for :func:`other_threads`: tools/stress_threads.py on the H200 (torch 2.11).
-THREADS_EVIDENCE = "reports/gpu/2.11.0/stress-threads/"
-
-
-def other_threads() -> str | None:
-    """Why ``auto`` must not pick the cuda detector now, or None: another Python thread runs.
-
-    Measured on the H200: a helper thread syncing in a loop while the main thread opened and
-    closed audited regions crashed the process (SIGSEGV, in native code on the helper thread) in
-    3 of 3 runs under the cuda detector and 0 of 3 bare; with one region held open, a thread
-    syncing beside it did not crash (tests/gpu scenario ``threads``). Subscribing and
-    unsubscribing CUPTI per region while another thread is inside a CUDA call is the suspect.
-    Until a fix is proven on the GPU, ``auto`` takes the reversible detectors whenever another
-    Python thread is alive; asking for ``cuda`` by name still gets it."""
-    import threading
-
-    n = threading.active_count() - 1
-    if n <= 0:
-        return None
-    return (f"{n} other Python thread(s) running: the cuda detector's per-region CUPTI "
-            f"subscription crashed a concurrently syncing thread ({THREADS_EVIDENCE})")
-
-
 def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
     """Replace ``auto`` by the most complete detector available; the reason says what was chosen."""
     if AUTO not in requested:
         return requested, None
     rest = tuple(n for n in requested if n != AUTO)
     # the profiler and the cuda detector cannot both hold CUPTI (one subscriber per process)
-    why = "the profile detector holds CUPTI" if "profile" in rest else other_threads()
-    why = why or get("cuda").unavailable()
+    why = "the profile detector holds CUPTI" if "profile" in rest else get("cuda").unavailable()
     if why is None:
         return tuple(dict.fromkeys(("cuda",) + rest)), "cuda: CUPTI callbacks on the CUDA runtime and driver"
     return tuple(dict.fromkeys(FALLBACK + rest)), f"{','.join(FALLBACK)}: cuda detector unavailable ({why})"

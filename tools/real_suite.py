@@ -1,0 +1,174 @@
+"""An open-source project's own GPU test suite, bare vs ``pytest --syncguard``, in one run.
+
+  python tools/real_suite.py run SUITE_DIR OUT ROUNDS -- PYTEST_ARGS...
+      Runs ``python -m pytest PYTEST_ARGS`` in SUITE_DIR, ROUNDS times bare and ROUNDS times with
+      ``--syncguard`` (record mode, the default scope), interleaved (bare, syncguard, bare, ...),
+      each in a process of its own measured from outside: wall time, peak RSS of its largest
+      process (xdist workers included), exit code, JUnit outcomes. Writes OUT/real-suite.json and
+      each round's log, JUnit XML and syncguard report.
+  python tools/real_suite.py summarize OUT [--md FILE]
+      The comparison: outcomes (must be identical), wall time and peak RSS (median of rounds,
+      ratio), report size, and the top 10 in-scope sync sites. Reads what ``run`` wrote.
+
+Why from outside: the numbers must include what syncguard costs the whole pytest process
+(plugin load, report writing), not only what a region sees.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """nodeid-like key -> passed/failed/error/skipped, from pytest's JUnit XML."""
+    out = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        key = f"{case.get('classname')}::{case.get('name')}"
+        tags = {child.tag for child in case}
+        out[key] = ("failed" if "failure" in tags else "error" if "error" in tags
+                    else "skipped" if "skipped" in tags else "passed")
+    return out
+
+
+def measure(cmd: list[str], cwd: Path, log: Path) -> dict:
+    """One pytest process, timed and measured from this (parent) process."""
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        rc = subprocess.call(cmd, cwd=cwd, stdout=f, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - t0
+    # RUSAGE_CHILDREN's ru_maxrss is the largest of the waited-for descendants so far; each
+    # round runs in its own `measure-one` process, so it is this round's peak alone.
+    return {"rc": rc, "wall_s": round(wall, 2),
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+
+
+def run(args) -> int:
+    suite, out = Path(args.suite).resolve(), Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    rounds = []
+    for i in range(1, args.rounds + 1):
+        for mode in ("bare", "syncguard"):
+            name = f"{mode}-{i}"
+            extra = [f"--junitxml={out / (name + '.xml')}"]
+            if mode == "syncguard":
+                extra += ["--syncguard", f"--syncguard-report={out / (name + '.json')}"]
+            else:
+                extra += ["-p", "no:syncguard"]
+            cmd = [sys.executable, "-m", "pytest", *args.pytest_args, *extra]
+            # a child per round, so that its RUSAGE_CHILDREN peak is this round's alone
+            one = subprocess.run([sys.executable, __file__, "measure-one", str(suite),
+                                  str(out / (name + ".log")), "--", *cmd],
+                                 capture_output=True, text=True)
+            rec = json.loads(one.stdout.strip().splitlines()[-1])
+            rec.update(mode=mode, round=i, name=name)
+            rounds.append(rec)
+            print(json.dumps(rec), flush=True)
+    doc = {"suite": str(suite), "pytest_args": args.pytest_args, "rounds": rounds,
+           "python": sys.version.split()[0]}
+    try:
+        import torch
+        doc["torch"] = torch.__version__
+        doc["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    (out / "real-suite.json").write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+def summarize(args) -> int:
+    out = Path(args.out)
+    doc = json.loads((out / "real-suite.json").read_text())
+    rounds = doc["rounds"]
+    lines = [f"# {Path(doc['suite']).name}: its own GPU tests, bare vs `pytest --syncguard`", "",
+             f"torch {doc.get('torch')}, {doc.get('gpu')}; pytest args: "
+             f"`{' '.join(doc['pytest_args'])}`; rounds interleaved bare/syncguard.", ""]
+    # outcomes: every round of each mode against bare round 1
+    ref = junit_outcomes(out / "bare-1.xml")
+    counts = Counter(ref.values())
+    lines += [f"**Tests:** {len(ref)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}).", ""]
+    diffs = []
+    for r in rounds:
+        got = junit_outcomes(out / f"{r['name']}.xml")
+        changed = sorted(k for k in ref.keys() | got.keys() if ref.get(k) != got.get(k))
+        diffs.append((r["name"], changed))
+    lines += ["| round | exit code | wall s | peak RSS MiB | outcomes differing from bare-1 |",
+              "|---|---|---|---|---|"]
+    for r, (_, changed) in zip(rounds, diffs):
+        lines.append(f"| {r['name']} | {r['rc']} | {r['wall_s']} | {r['peak_rss_mib']} | "
+                     f"{len(changed)}{': ' + ', '.join(changed[:5]) if changed else ''} |")
+    med = {m: {k: statistics.median(r[k] for r in rounds if r["mode"] == m)
+               for k in ("wall_s", "peak_rss_mib")} for m in ("bare", "syncguard")}
+    lines += ["", f"**Median wall time:** bare {med['bare']['wall_s']} s, syncguard "
+              f"{med['syncguard']['wall_s']} s: **{med['syncguard']['wall_s'] / med['bare']['wall_s']:.2f}×**.",
+              f"**Median peak RSS (largest process):** bare {med['bare']['peak_rss_mib']} MiB, "
+              f"syncguard {med['syncguard']['peak_rss_mib']} MiB.", ""]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from syncguard.sessionfile import load_document
+
+    report = out / "syncguard-1.json"
+    size = report.stat().st_size
+    tests = list(load_document(report)["tests"])  # TestEntry objects already
+    inside, outside = Counter(), Counter()
+    what = {}
+    for t in tests:
+        for rec in t.syncs + t.allowed:
+            key = (rec.where, rec.kind, rec.op or rec.api)
+            inside[key] += rec.count
+            what.setdefault(key, (rec.function, rec.user_frame, set()))[2].add(t.nodeid)
+        for rec in t.outside:
+            outside[rec.where] += rec.count
+    audited = sum(t.audited for t in tests)
+    with_syncs = sum(bool(t.syncs) for t in tests)
+    lines += [f"**Report:** `syncguard-1.json`, {size / 1024:.0f} KiB for {len(tests)} tests "
+              f"({audited} audited; {with_syncs} with in-scope syncs; "
+              f"{sum(inside.values())} in-scope and {sum(outside.values())} outside-scope syncs).", "",
+              "## Top 10 in-scope sync sites", "",
+              "| site | kind | API / op | function | syncs | tests | first test's user frame |",
+              "|---|---|---|---|---|---|---|"]
+    for (where, kind, api), n in inside.most_common(10):
+        fn, user, nodes = what[(where, kind, api)]
+        lines.append(f"| `{where}` | {kind} | {api} | {fn} | {n} | {len(nodes)} | `{user or ''}` |")
+    lines += ["", "## Top 5 outside-scope sites (counted, never failing)", "",
+              "| site | syncs |", "|---|---|"]
+    lines += [f"| `{w}` | {n} |" for w, n in outside.most_common(5)]
+    text = "\n".join(lines) + "\n"
+    if args.md:
+        Path(args.md).write_text(text)
+    print(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["measure-one"]:
+        _, suite, log, sep, *cmd = argv
+        print(json.dumps(measure(cmd, Path(suite), Path(log))))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("suite")
+    r.add_argument("out")
+    r.add_argument("rounds", type=int)
+    r.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    s = sub.add_parser("summarize")
+    s.add_argument("out")
+    s.add_argument("--md")
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        a.pytest_args = [x for x in a.pytest_args if x != "--"]
+        return run(a)
+    return summarize(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
