@@ -213,11 +213,14 @@ class FakeLib:
     """Stands in for libcupti: records calls, returns CUPTI_SUCCESS (or a chosen error)."""
 
     def __init__(self, subscribe_error=0):
-        self.calls, self.subscribe_error = [], subscribe_error
+        self.calls, self.subscribe_error, self.enabled = [], subscribe_error, {}
 
     def __getattr__(self, name):
         def fn(*args):
             self.calls.append(name)
+            if name == "cuptiEnableCallback":
+                on, _, domain, cbid = args
+                self.enabled[(domain, cbid)] = on
             return self.subscribe_error if name == "cuptiSubscribe" else 0
         return fn
 
@@ -272,6 +275,49 @@ def test_subscription_is_refcounted_and_fully_undone():
     assert ap._prepare_profiler is before
     hub.release(b)  # releasing twice is harmless
     assert calls.count("cuptiUnsubscribe") == 1
+
+
+def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubscribes():
+    """Fake libcupti, real thread. Unsubscribing beside a syncing thread crashed it on the H200
+    (reports/probes/cupti-threads-2.11.0/, reports/gpu/2.11.0/stress-threads/): with another
+    thread alive the last region only switches every callback off; the next region reuses the
+    subscription; a region ending with no other thread, or a profiler starting, unsubscribes."""
+    import threading
+
+    ap = pytest.importorskip("torch.autograd.profiler")
+    before = ap._prepare_profiler
+    hub, a = FakeHub(), FakeRegion()
+    lib = hub.lib.lib
+    go = threading.Event()
+    t = threading.Thread(target=go.wait)
+    t.start()
+    try:
+        hub.acquire(a)
+        assert set(lib.enabled.values()) == {1}
+        hub.release(a)
+        assert hub.subscribed and hub.parked and "cuptiUnsubscribe" not in lib.calls
+        assert set(lib.enabled.values()) == {0}  # nothing reaches Python while parked
+        assert any("other thread(s) alive" in n for n in a.report.notes)
+        b = FakeRegion()
+        hub.acquire(b)  # the parked subscription is switched back on, not subscribed again
+        assert lib.calls.count("cuptiSubscribe") == 1 and set(lib.enabled.values()) == {1}
+        assert not hub.parked
+        hub.release(b)
+        assert hub.parked
+        hub.hand_over(Site())  # a profiler starting takes CUPTI from a parked hub
+        assert not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
+        assert ap._prepare_profiler is before
+        hub.acquire(b)
+        hub.release(b)
+        assert hub.parked
+    finally:
+        go.set()
+        t.join()
+    c = FakeRegion()
+    hub.acquire(c)
+    hub.release(c)  # no other thread now: fully undone
+    assert not hub.subscribed and not hub.parked and lib.calls.count("cuptiUnsubscribe") == 2
+    assert set(lib.enabled.values()) == {0} and ap._prepare_profiler is before
 
 
 def test_subscribe_failure_is_a_clear_unavailable_reason():

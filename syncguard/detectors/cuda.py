@@ -5,7 +5,9 @@ ATen's C++, a third-party extension), at the cost of one Python call per sync or
 and none per kernel launch: only the callback ids of those APIs are enabled, never a whole domain.
 
 * Subscribed only while a region is open: a process-global hub, reference-counted across nested
-  regions and threads, unsubscribes when the last one exits; nothing stays installed.
+  regions and threads, unsubscribes when the last one exits; nothing stays installed. Except
+  beside a live thread: unsubscribing then crashed that thread, so the hub parks (every callback
+  off) and unsubscribes at the next safe moment (see ``CuptiHub.acquire``).
 * A runtime call and the driver calls under it are one event: a per-thread depth from
   ``API_ENTER``/``API_EXIT`` keeps only the outermost call (driver calls made directly, by an
   extension, are outermost themselves).
@@ -131,6 +133,7 @@ class CuptiHub:
         self.lib: C.Cupti | None = None
         self.handle = ctypes.c_void_p()
         self.subscribed = False
+        self.parked = False  # subscribed, every callback off, no region open (see acquire)
         self.activity = ActivityRecords()
         self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
         self.regions: list = []
@@ -169,6 +172,13 @@ class CuptiHub:
             self.table, self.lib = callback_table(lib), lib
 
     # -- subscription ------------------------------------------------------------------------
+    # States: unsubscribed; subscribed with callbacks on (a region is open); parked (subscribed,
+    # every callback off, no region open). Unsubscribing while another thread is inside a CUDA
+    # call crashed that thread (SIGSEGV), even with the callbacks disabled first, while toggling
+    # the callbacks of a kept subscription never did (reports/probes/cupti-threads-2.11.0/,
+    # reports/gpu/2.11.0/stress-threads/). So the last region out unsubscribes only when no other
+    # Python thread is alive; otherwise it parks, and a later moment finishes the job: the next
+    # region to end with no other thread alive, or a profiler starting (:meth:`hand_over`).
     def acquire(self, region) -> None:
         with self.lock:
             why = self.unavailable()
@@ -183,42 +193,46 @@ class CuptiHub:
 
     def _subscribe(self) -> None:
         lib = self.lib
-        code = lib.lib.cuptiSubscribe(ctypes.byref(self.handle), self._cb, None)
-        if code != C.SUCCESS:
-            raise DetectorUnavailable(
-                f"cuptiSubscribe failed: {lib.error_name(code)} (another CUPTI client, such as "
-                "torch.profiler earlier in this process, holds the one subscriber slot)")
-        self.subscribed = True
-        self.generation += 1
+        if not self.subscribed:
+            code = lib.lib.cuptiSubscribe(ctypes.byref(self.handle), self._cb, None)
+            if code != C.SUCCESS:
+                raise DetectorUnavailable(
+                    f"cuptiSubscribe failed: {lib.error_name(code)} (another CUPTI client, such as "
+                    "torch.profiler earlier in this process, holds the one subscriber slot)")
+            self.subscribed = True
+            self._saved_profiler = wrap_profiler_start(self.hand_over)
+        self.parked = False
+        self.generation += 1  # per-thread call depth from before a park is stale
         try:
-            for domain, cbid in self.table:
-                lib.check(lib.lib.cuptiEnableCallback(1, self.handle, domain, cbid),
-                          f"cuptiEnableCallback({domain}, {cbid})")
+            self._switch(1)
             if self.hostmem == "activity":
                 self.activity.enable(lib)
-            self._saved_profiler = wrap_profiler_start(self.hand_over)
             self.backward.install()
         except BaseException as e:
             self._unsubscribe()
             raise DetectorUnavailable(str(e)) from None
 
-    def _unsubscribe(self) -> None:
-        """Every callback is disabled before ``cuptiUnsubscribe``: unsubscribing with callbacks
-        still enabled crashed a thread syncing at that moment (SIGSEGV in 4 of 4 processes,
-        0 of 4 with them disabled first; reports/probes/cupti-threads-2.11.0/)."""
-        lib = self.lib
-        unwrap(self._saved_profiler)
+    def _switch(self, on: int) -> None:
+        for domain, cbid in self.table:
+            self.lib.lib.cuptiEnableCallback(on, self.handle, domain, cbid)
+
+    def _park(self) -> None:
         self.backward.restore()
-        if not self.subscribed:
-            return
-        self.subscribed = False
+        self._switch(0)
+        self.activity.disable()
+        self.parked = True
+
+    def _unsubscribe(self) -> None:
         try:
-            for domain, cbid in self.table:
-                lib.lib.cuptiEnableCallback(0, self.handle, domain, cbid)
-            self.activity.disable()
+            if self.subscribed and not self.parked:
+                self._park()  # callbacks off before unsubscribing (it narrowed the crash)
         finally:
-            lib.lib.cuptiUnsubscribe(self.handle)
-            self.handle = ctypes.c_void_p()
+            unwrap(self._saved_profiler)
+            self.backward.restore()
+            if self.subscribed:
+                self.subscribed = self.parked = False
+                self.lib.lib.cuptiUnsubscribe(self.handle)
+                self.handle = ctypes.c_void_p()
 
     def flush(self) -> None:
         with self.lock:
@@ -233,7 +247,16 @@ class CuptiHub:
             self.users -= 1
             if self.users == 0:
                 try:
-                    self._unsubscribe()
+                    others = other_threads()
+                    if others and not self.yielded:
+                        self._park()
+                        region.report.notes.append(
+                            f"cuda detector: {others} other thread(s) alive, so CUPTI stays "
+                            "subscribed with every callback off until a region ends with none "
+                            "alive or a profiler starts (unsubscribing beside a syncing thread "
+                            "crashed it)")
+                    else:
+                        self._unsubscribe()
                 finally:
                     if self.yielded:
                         from ..detect import HUBS
@@ -247,6 +270,9 @@ class CuptiHub:
         """Give CUPTI to a starting profiler; watch with sync-debug mode until the regions end."""
         with self.lock:
             if not self.subscribed:
+                return
+            if not self.regions:  # parked: every callback is long off, nothing to hand over
+                self._unsubscribe()
                 return
             self.flush()
             for r in self.regions:
@@ -478,6 +504,11 @@ def callback_table(lib) -> dict:
             if spec:
                 table[(C.DOMAIN_RUNTIME, cbid)] = (canonical(full),) + spec
     return table
+
+
+def other_threads() -> int:
+    """Python threads alive besides this one (native threads are not seen)."""
+    return threading.active_count() - 1
 
 
 HUB = CuptiHub()
