@@ -17,9 +17,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MERGE_BENCH = ROOT / "reports" / "gpu" / "2.11.0" / "merge-bench-2.11.0.json"
+MERGE_SPLIT = ROOT / "reports" / "gpu" / "2.11.0" / "merge-split-2.11.0.json"
 OVERHEAD = ROOT / "reports" / "gpu" / "2.11.0" / "overhead-2.11.0.json"
-MERGE_SIZE = (131072, 8192)
+HOST_SIZE = (131072, 8192)  # host time and peak memory are shown at the largest size
 
 _LABELS = {
     "index_put_cpu_mask": "`index_put` with a CPU mask",
@@ -65,22 +65,29 @@ def _syncs(variant: str) -> str:
 
 
 def merge_table() -> str:
-    data = json.loads(MERGE_BENCH.read_text())
-    tokens, hidden = MERGE_SIZE
-    rows = {r["variant"]: r for r in data["results"]
-            if (r["tokens"], r["hidden"]) == (tokens, hidden)}
-    env = data["environment"]
-    out = [f"Measured on the {env['gpu']} with torch {env['torch']} ({tokens}×{hidden} "
-           f"{data['options']['dtype']}, half multimodal, median of "
-           f"{'/'.join(str(n) for n in sorted({r['reps'] for r in rows.values()}))} "
-           f"CUDA-event timings; `{MERGE_BENCH.relative_to(ROOT).as_posix()}`):", "",
-           "| variant | × a plain copy of the same bytes | median | peak extra memory | "
+    """Device time (the GPU kept busy ahead of the merge, so only a wait shows) as a multiple of a
+    plain copy of the same bytes, with its band over rounds, at every size; host time per call
+    and peak extra memory at the largest size (bench/bench_merge.py --split)."""
+    data = json.loads(MERGE_SPLIT.read_text())
+    rows = {(r["variant"], r["tokens"], r["hidden"]): r for r in data["results"]}
+    sizes = sorted({(t, h) for _, t, h in rows}, key=lambda s: s[0] * s[1])
+    env, opt = data["environment"], data["options"]
+    out = [f"Measured on the {env['gpu']} with torch {env['torch']} ({opt['dtype']}, half "
+           f"multimodal; median of {opt['reps']} calls per round, {opt['rounds']} rounds, "
+           f"the band is the round medians' min–max; "
+           f"`{MERGE_SPLIT.relative_to(ROOT).as_posix()}`):", "",
+           "| variant | " + " | ".join(f"device × copy, {t}×{h}" for t, h in sizes)
+           + f" | host µs per call, {HOST_SIZE[0]}×{HOST_SIZE[1]} | peak extra memory | "
            "host waits per call (declared, `cases/declared.py`) |",
-           "|---|---|---|---|---|"]
+           "|---" * (len(sizes) + 4) + "|"]
     for variant, label in _LABELS.items():
-        r = rows[variant]
-        out.append(f"| {label} | {r['ratio_to_copy']:.2f}× | {r['median_ms']:.3f} ms | "
-                   f"{_bytes(r['peak_extra_bytes'])} | {_syncs(variant)} |")
+        cells = []
+        for t, h in sizes:
+            x = rows[(variant, t, h)]["device_x_copy"]
+            cells.append(f"{x['median']:.2f}× ({x['min']:.2f}–{x['max']:.2f})")
+        big = rows[(variant, *HOST_SIZE)]
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {big['host_us']['median']:.1f} | "
+                   f"{_bytes(big['peak_extra_bytes'])} | {_syncs(variant)} |")
     return "\n".join(out)
 
 

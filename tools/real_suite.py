@@ -16,26 +16,40 @@ Why from outside: the numbers must include what syncguard costs the whole pytest
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 
-def junit_outcomes(path: Path) -> dict[str, str]:
-    """nodeid-like key -> passed/failed/error/skipped, from pytest's JUnit XML."""
+def _read(out: Path, name: str) -> bytes:
+    """A file ``run`` wrote, or its committed ``.gz`` (large logs are kept compressed)."""
+    plain = out / name
+    return plain.read_bytes() if plain.exists() else gzip.decompress((out / (name + ".gz")).read_bytes())
+
+
+SYNCGUARD_VERDICT = "syncguard: "  # how the plugin's own failure message starts (explain.py)
+
+
+def junit_outcomes(xml: bytes) -> dict[str, tuple[str, str]]:
+    """nodeid-like key -> (passed/failed/error/skipped, failure message), from JUnit XML."""
     out = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    for case in ET.fromstring(xml).iter("testcase"):
         key = f"{case.get('classname')}::{case.get('name')}"
-        tags = {child.tag for child in case}
-        out[key] = ("failed" if "failure" in tags else "error" if "error" in tags
-                    else "skipped" if "skipped" in tags else "passed")
+        tags = {child.tag: child for child in case}
+        outcome = ("failed" if "failure" in tags else "error" if "error" in tags
+                   else "skipped" if "skipped" in tags else "passed")
+        bad = tags.get("failure", tags.get("error"))
+        message = (bad.get("message") or "") if bad is not None else ""
+        out[key] = (outcome, message.removeprefix("Failed: "))
     return out
 
 
@@ -91,44 +105,57 @@ def summarize(args) -> int:
     lines = [f"# {Path(doc['suite']).name}: its own GPU tests, bare vs `pytest --syncguard`", "",
              f"torch {doc.get('torch')}, {doc.get('gpu')}; pytest args: "
              f"`{' '.join(doc['pytest_args'])}`; rounds interleaved bare/syncguard.", ""]
-    # outcomes: every round of each mode against bare round 1
-    ref = junit_outcomes(out / "bare-1.xml")
-    counts = Counter(ref.values())
-    lines += [f"**Tests:** {len(ref)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}).", ""]
-    diffs = []
+    # outcomes: every round of each mode against bare round 1. In fail mode (the plugin's
+    # default) a test whose body passed but synced fails with syncguard's own verdict: those are
+    # counted apart, so the comparison says whether syncguard changed anything *else*.
+    ref = junit_outcomes(_read(out, "bare-1.xml"))
+    counts = Counter(o for o, _ in ref.values())
+    lines += [f"**Tests:** {len(ref)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}).", "",
+              "| round | exit code | wall s | peak RSS MiB | outcomes differing from bare-1 | "
+              "of which syncguard's own verdict (a sync in fail mode) | other differences |",
+              "|---|---|---|---|---|---|---|"]
     for r in rounds:
-        got = junit_outcomes(out / f"{r['name']}.xml")
-        changed = sorted(k for k in ref.keys() | got.keys() if ref.get(k) != got.get(k))
-        diffs.append((r["name"], changed))
-    lines += ["| round | exit code | wall s | peak RSS MiB | outcomes differing from bare-1 |",
-              "|---|---|---|---|---|"]
-    for r, (_, changed) in zip(rounds, diffs):
+        got = junit_outcomes(_read(out, f"{r['name']}.xml"))
+        changed = sorted(k for k in ref.keys() | got.keys()
+                         if ref.get(k, ("absent",))[0] != got.get(k, ("absent",))[0])
+        verdicts = [k for k in changed if ref.get(k, ("",))[0] == "passed"
+                    and got.get(k, ("", ""))[1].startswith(SYNCGUARD_VERDICT)]
+        other = [k for k in changed if k not in verdicts]
         lines.append(f"| {r['name']} | {r['rc']} | {r['wall_s']} | {r['peak_rss_mib']} | "
-                     f"{len(changed)}{': ' + ', '.join(changed[:5]) if changed else ''} |")
+                     f"{len(changed)} | {len(verdicts)} | {len(other)}"
+                     f"{': ' + ', '.join(other[:5]) if other else ''} |")
     med = {m: {k: statistics.median(r[k] for r in rounds if r["mode"] == m)
                for k in ("wall_s", "peak_rss_mib")} for m in ("bare", "syncguard")}
-    lines += ["", f"**Median wall time:** bare {med['bare']['wall_s']} s, syncguard "
-              f"{med['syncguard']['wall_s']} s: **{med['syncguard']['wall_s'] / med['bare']['wall_s']:.2f}×**.",
-              f"**Median peak RSS (largest process):** bare {med['bare']['peak_rss_mib']} MiB, "
-              f"syncguard {med['syncguard']['peak_rss_mib']} MiB.", ""]
+    lines += ["", f"**Median wall time:** bare {med['bare']['wall_s']:.1f} s, syncguard "
+              f"{med['syncguard']['wall_s']:.1f} s: **{med['syncguard']['wall_s'] / med['bare']['wall_s']:.2f}×**.",
+              f"**Median peak RSS (largest process):** bare {med['bare']['peak_rss_mib']:.0f} MiB, "
+              f"syncguard {med['syncguard']['peak_rss_mib']:.0f} MiB "
+              f"({med['syncguard']['peak_rss_mib'] / med['bare']['peak_rss_mib']:.2f}×).", ""]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from syncguard.sessionfile import load_document
 
-    report = out / "syncguard-1.json"
-    size = report.stat().st_size
-    tests = list(load_document(report)["tests"])  # TestEntry objects already
+    raw = _read(out, "syncguard-1.json")
+    size = len(raw)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "r.json").write_bytes(raw)
+        tests = list(load_document(Path(tmp) / "r.json")["tests"])  # TestEntry objects
+    root = doc["suite"].rstrip("/") + "/"
+
+    def rel(where):
+        return where.removeprefix(root) if where else where
+
     inside, outside = Counter(), Counter()
     what = {}
     for t in tests:
         for rec in t.syncs + t.allowed:
-            key = (rec.where, rec.kind, rec.op or rec.api)
+            key = (rel(rec.where), rec.kind, rec.op or rec.api)
             inside[key] += rec.count
             what.setdefault(key, (rec.function, rec.user_frame, set()))[2].add(t.nodeid)
         for rec in t.outside:
-            outside[rec.where] += rec.count
+            outside[rel(rec.where)] += rec.count
     audited = sum(t.audited for t in tests)
     with_syncs = sum(bool(t.syncs) for t in tests)
-    lines += [f"**Report:** `syncguard-1.json`, {size / 1024:.0f} KiB for {len(tests)} tests "
+    lines += [f"**Report:** `syncguard-1.json`, {size / 1024:.0f} KiB uncompressed for {len(tests)} tests "
               f"({audited} audited; {with_syncs} with in-scope syncs; "
               f"{sum(inside.values())} in-scope and {sum(outside.values())} outside-scope syncs).", "",
               "## Top 10 in-scope sync sites", "",
@@ -136,7 +163,7 @@ def summarize(args) -> int:
               "|---|---|---|---|---|---|---|"]
     for (where, kind, api), n in inside.most_common(10):
         fn, user, nodes = what[(where, kind, api)]
-        lines.append(f"| `{where}` | {kind} | {api} | {fn} | {n} | {len(nodes)} | `{user or ''}` |")
+        lines.append(f"| `{where}` | {kind} | {api} | {fn} | {n} | {len(nodes)} | `{rel(user) or ''}` |")
     lines += ["", "## Top 5 outside-scope sites (counted, never failing)", "",
               "| site | syncs |", "|---|---|"]
     lines += [f"| `{w}` | {n} |" for w, n in outside.most_common(5)]
