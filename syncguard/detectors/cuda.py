@@ -25,105 +25,29 @@ and none per kernel launch: only the callback ids of those APIs are enabled, nev
   CUPTI, the hub hands CUPTI over (unsubscribes before the profiler initialises), keeps watching
   with sync-debug mode for the rest of the region, and says so in each open region's notes. If
   the profiler subscribed first, ``arm`` raises DetectorUnavailable and the region falls back.
+
+This module owns the subscription and turns a region's observations into events; what each
+callback records (the hot path) is :mod:`syncguard.detectors.cudacalls`.
 """
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import os
-import re
 import sys
 import threading
-import time
-from dataclasses import dataclass, field
 
 from .. import routing
-from ..attribution import RUN, Site, site_and_phase, user_site
-from ..events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
-                      PAGEABLE_COPY, STREAM_SYNC, SyncEvent)
+from ..attribution import user_site
+from ..events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, PAGEABLE_COPY, STREAM_SYNC, SyncEvent
 from . import DetectorUnavailable
 from . import cupti as C
+from .cudacalls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
+                        CopyDetail, callback_table, canonical)
 from .hostmem import ActivityRecords, copy_direction, host_kind, pointer_records
 
-SYNC, COPY, FREE = "sync", "copy", "free"
 
-# canonical API name (version suffixes dropped) -> (role, kind or direction, is_async, params)
-_P, _P2 = C.MemcpyAsyncParams, C.Memcpy2DParams
-RUNTIME_APIS = {
-    "cudaStreamSynchronize": (SYNC, STREAM_SYNC, False, C.StreamParams),
-    "cudaStreamSynchronize_ptsz": (SYNC, STREAM_SYNC, False, C.StreamParams),
-    "cudaDeviceSynchronize": (SYNC, DEVICE_SYNC, False, None),
-    "cudaThreadSynchronize": (SYNC, DEVICE_SYNC, False, None),
-    "cudaEventSynchronize": (SYNC, EVENT_SYNC, False, None),
-    "cudaFree": (FREE, IMPLICIT_FREE, False, None),
-    "cudaMemcpy": (COPY, None, False, _P), "cudaMemcpy_ptds": (COPY, None, False, _P),
-    "cudaMemcpy2D": (COPY, None, False, _P2), "cudaMemcpy2D_ptds": (COPY, None, False, _P2),
-    "cudaMemcpyAsync": (COPY, None, True, _P), "cudaMemcpyAsync_ptsz": (COPY, None, True, _P),
-    "cudaMemcpy2DAsync": (COPY, None, True, _P2), "cudaMemcpy2DAsync_ptsz": (COPY, None, True, _P2),
-}
-DRIVER_APIS = {
-    "cuStreamSynchronize": (SYNC, STREAM_SYNC, False, C.StreamParams),
-    "cuStreamSynchronize_ptsz": (SYNC, STREAM_SYNC, False, C.StreamParams),
-    "cuCtxSynchronize": (SYNC, DEVICE_SYNC, False, None),
-    "cuEventSynchronize": (SYNC, EVENT_SYNC, False, None),
-    "cuMemFree": (FREE, IMPLICIT_FREE, False, None),
-    "cuMemcpyHtoD": (COPY, "h2d", False, None), "cuMemcpyHtoD_ptds": (COPY, "h2d", False, None),
-    "cuMemcpyDtoH": (COPY, "d2h", False, None), "cuMemcpyDtoH_ptds": (COPY, "d2h", False, None),
-    "cuMemcpy": (COPY, None, False, None), "cuMemcpy_ptds": (COPY, None, False, None),
-    "cuMemcpy2D": (COPY, None, False, None), "cuMemcpy2DUnaligned": (COPY, None, False, None),
-    "cuMemcpyHtoDAsync": (COPY, "h2d", True, None), "cuMemcpyHtoDAsync_ptsz": (COPY, "h2d", True, None),
-    "cuMemcpyDtoHAsync": (COPY, "d2h", True, None), "cuMemcpyDtoHAsync_ptsz": (COPY, "d2h", True, None),
-    "cuMemcpyAsync": (COPY, None, True, None), "cuMemcpyAsync_ptsz": (COPY, None, True, None),
-    "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
-}
-_VERSION = re.compile(r"_v\d+")
-_NO_WAIT = ("d2d", "h2h")  # copy directions the host never waits for (never reported)
-_NO_SITE = Site()
-
-
-def canonical(name: str) -> str:
-    """``cudaMemcpyAsync_ptsz_v7000`` -> ``cudaMemcpyAsync_ptsz``; ``cuMemcpyHtoD_v2`` -> ``cuMemcpyHtoD``."""
-    return _VERSION.sub("", name)
-
-
-@dataclass
-class CopyDetail:
-    """What the callback read from the call's parameters (mutable until the call returns)."""
-
-    role: str
-    direction: str | None = None  # h2d, d2h, d2d, h2h, or None when the call does not say
-    is_async: bool = False
-    stream: int | None = None
-    nbytes: int | None = None
-    correlation: list = field(default_factory=list)  # this call's and the driver calls' under it
-    src: int | None = None
-    dst: int | None = None
-
-    @property
-    def host_ptr(self) -> int | None:
-        return self.src if self.direction == "h2d" else self.dst if self.direction == "d2h" else None
-
-
-class _Call:
-    __slots__ = ("api", "role", "kind", "detail", "site", "phase", "thread", "t0", "owner")
-
-
-def _read_params(spec, params_ptr, detail: CopyDetail) -> None:
-    if not params_ptr:
-        return
-    if spec is C.StreamParams:
-        detail.stream = C.StreamParams.from_address(params_ptr).stream or 0
-    elif spec in (_P, _P2):
-        p = spec.from_address(params_ptr)
-        detail.direction = detail.direction or C.CUDA_MEMCPY_KIND.get(p.kind)
-        if detail.direction == "default":
-            detail.direction = None  # cudaMemcpyDefault: the activity record's copyKind says
-        detail.stream = p.stream or 0
-        detail.src, detail.dst = p.src, p.dst
-        detail.nbytes = p.count if spec is _P else p.width * p.height
-
-
-class CuptiHub:
+class CuptiHub(CallPath):
     """The process's CUPTI subscription, held while any cuda region is open."""
 
     def __init__(self) -> None:
@@ -288,170 +212,6 @@ class CuptiHub:
                                       "sync-debug mode were seen (detector 'debug')")
                 r.state["cuda_yielded"] = True
 
-    # -- callbacks (run on the calling thread; must never raise or call CUDA) ------------------
-    def _callback(self, userdata, domain, cbid, cbdata) -> None:
-        # Hot path: one ENTER and one EXIT per enabled API call of any thread while subscribed.
-        # Per-thread state is one list [generation, depth, call] (one threading.local lookup).
-        try:
-            entry = self.table.get((domain, cbid))
-            if entry is None:
-                return
-            data = C.CallbackData.from_address(cbdata)
-            st = getattr(self._tls, "st", None)
-            if st is None or st[0] != self.generation:
-                st = self._tls.st = [self.generation, 0, None]
-            if data.callbackSite == C.API_ENTER:
-                depth = st[1]
-                st[1] = depth + 1
-                if depth:  # a driver call under the runtime call: the same wait, same event
-                    if st[2] is not None:
-                        st[2].detail.correlation.append(data.correlationId)
-                    return
-                st[2] = None
-                owner = None
-                if not routing.regions.get():
-                    owner = self.backward.owner()  # an autograd engine thread working for a region?
-                    if owner is None:
-                        return
-                st[2] = self._enter(entry, data, owner)
-            else:
-                depth = st[1] - 1 if st[1] > 0 else 0
-                st[1] = depth
-                if depth:
-                    return
-                call = st[2]
-                if call is not None:
-                    st[2] = None
-                    self._exit(call)
-        except BaseException:
-            self.errors += 1
-
-    def _enter(self, entry, data, owner=None) -> _Call | None:
-        api, role, kind, is_async, spec = entry
-        detail = CopyDetail(role, kind if role == COPY else None, is_async,
-                            correlation=[data.correlationId])
-        if role == FREE:
-            ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
-            if not ptr:
-                return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
-        elif spec is not None:
-            _read_params(spec, data.functionParams, detail)
-            if detail.direction in _NO_WAIT:
-                self._no_wait_copy(api, detail, owner)
-                return None  # nothing to time at EXIT
-        call = _Call()
-        call.api, call.role, call.kind, call.detail = api, role, kind, detail
-        call.site, call.phase = site_and_phase(sys._getframe(1))
-        call.owner = owner
-        if owner is None:
-            call.thread = threading.current_thread().name
-        else:  # no Python frames of the user's on a C++ autograd thread: the backward() line
-            call.thread = f"autograd engine (backward of {owner[3]})"
-            if call.site.filename is None:
-                call.site = owner[2]
-        call.t0 = time.perf_counter_ns()
-        return call
-
-    def _no_wait_copy(self, api, detail, owner) -> None:
-        """A device-to-device or host-to-host copy never makes the host wait for the GPU; its only
-        use in :func:`combine` is to end a pending async copy's chance to pair with a later
-        sync, which needs its place in the sequence, not its line, phase or duration."""
-        obs = routing.Observation.quick(source="cuda", site=_NO_SITE, thread="", api=api,
-                                        phase=RUN, detail=detail, allows=())
-        if owner is None:
-            routing.deliver(obs)
-        else:
-            for r in owner[0]:
-                r.observations.append(obs)
-
-    def _exit(self, call: _Call) -> None:
-        t0 = call.t0
-        blocked = round((time.perf_counter_ns() - t0) / 1000, 1)
-        owner = call.owner
-        obs = routing.Observation.quick(
-            source="cuda", site=call.site, thread=call.thread, api=call.api,
-            kind=call.kind if call.role != COPY else None, t_ns=t0, blocked_us=blocked,
-            phase=call.phase, detail=call.detail,
-            allows=routing.allows.get() if owner is None else owner[1])
-        if owner is None:
-            routing.deliver(obs)
-        else:
-            for r in owner[0]:
-                r.observations.append(obs)
-
-
-class BackwardOwners:
-    """Which region a sync on an autograd engine thread belongs to.
-
-    torch runs a CUDA backward pass on its own C++ device threads; their contextvars are empty,
-    so their syncs would reach no region. While subscribed, ``Variable._execution_engine`` (the
-    object every ``backward()``/``grad()`` calls ``run_backward`` on) is replaced by a transparent
-    proxy that records, per calling thread, the caller's regions, allows and line. A sync on a
-    thread with no region of its own goes to the one backward pass in flight; while two or more
-    run at once it is not attributed (counted in ``ambiguous``). Restored when unsubscribed.
-    """
-
-    def __init__(self) -> None:
-        self.active: dict[int, tuple] = {}  # caller thread id -> (regions, allows, site, name)
-        self.ambiguous = 0
-        self._saved = None
-
-    def install(self) -> None:
-        try:
-            from torch.autograd.variable import Variable
-        except ImportError:
-            return
-        engine = Variable.__dict__.get("_execution_engine")
-        if engine is None or isinstance(engine, _EngineProxy):
-            return
-        self._saved = (Variable, engine)
-        Variable._execution_engine = _EngineProxy(engine, self)
-
-    def restore(self) -> None:
-        if self._saved is not None:
-            owner, engine = self._saved
-            owner._execution_engine = engine
-            self._saved = None
-
-    def owner(self):
-        active = self.active
-        if not active:
-            return None
-        known = getattr(threading, "_active", {}).get(threading.get_ident())
-        if known is not None and not isinstance(known, threading._DummyThread):
-            return None  # a thread the program started itself: its syncs are its own, not backward's
-        if len(active) > 1:
-            self.ambiguous += 1
-            return None
-        (regions, allows, site, name), = active.values()
-        return (regions, allows, site, name) if regions else None
-
-
-class _EngineProxy:
-    """Stands in for torch's ImperativeEngine: every attribute is the engine's own, except that
-    ``run_backward`` notes who is waiting for it."""
-
-    def __init__(self, engine, owners: BackwardOwners) -> None:
-        object.__setattr__(self, "_engine", engine)
-        object.__setattr__(self, "_owners", owners)
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-    def run_backward(self, *args, **kwargs):
-        me = threading.get_ident()
-        active = self._owners.active
-        outer = active.get(me)  # a backward inside a backward (checkpointing): keep the outer one
-        if outer is None:
-            active[me] = (routing.regions.get(), routing.allows.get(),
-                          user_site(sys._getframe(1)), threading.current_thread().name)
-        try:
-            return self._engine.run_backward(*args, **kwargs)
-        finally:
-            if outer is None:
-                active.pop(me, None)
-
-
 def wrap_profiler_start(hand_over) -> list:
     """Call ``hand_over(site)`` just before torch's profiler initialises (and subscribes CUPTI);
     returns what to restore. Installed only while subscribed."""
@@ -479,31 +239,6 @@ def unwrap(saved: list) -> None:
     for owner, attr, original in reversed(saved):
         setattr(owner, attr, original)
     saved.clear()
-
-
-def callback_table(lib) -> dict:
-    """(domain, cbid) -> (api, role, kind, is_async, params) for the APIs the detector watches,
-    resolved by name with CUPTI's own table (no callback is enabled to find them)."""
-    table = {}
-    for domain, apis in ((C.DOMAIN_RUNTIME, RUNTIME_APIS), (C.DOMAIN_DRIVER, DRIVER_APIS)):
-        names = {}
-        for cbid in range(1, 2000):
-            name = lib.callback_name(domain, cbid)
-            if name is None:
-                if cbid > 1200:
-                    break
-                continue
-            names.setdefault(canonical(name), cbid)
-        for api, spec in apis.items():
-            if api in names:
-                table[(domain, names[api])] = (api,) + spec
-    if not any(d == C.DOMAIN_RUNTIME for d, _ in table):
-        # a libcupti without callback names: the header's numbers (stable since CUDA 7)
-        for full, cbid in C.RUNTIME_CBIDS.items():
-            spec = RUNTIME_APIS.get(canonical(full))
-            if spec:
-                table[(C.DOMAIN_RUNTIME, cbid)] = (canonical(full),) + spec
-    return table
 
 
 def other_threads() -> int:
