@@ -16,6 +16,8 @@ its first argument) and differs in where the mask must live and whether the host
 3   ``index_put_gpu_mask``  device       syncs once: ``nonzero`` must learn how many rows
 4   ``index_copy_rows``     CPU          none: rows computed on the host, pinned non-blocking H2D
 5   ``triton_row_scatter``  CPU          none: variant 4's rows + a Triton row-copy kernel
+6   ``triton_device_rows``  CPU          none: the mask staged pinned, rows computed on the
+                                         device inside the Triton scatter kernel
 ==  ======================  ===========  =======================================================
 
 ``multimodal_embeddings`` is a ``(rows, hidden)`` tensor or a sequence of per-item tensors
@@ -27,7 +29,8 @@ or rides on the sync variant 3 makes anyway. Variant 2 cannot count without a sy
 not check; that is the finding its tests record. A mismatch raises ValueError naming both counts
 before anything is written.
 
-Triton is imported only when variant 5 runs on CUDA (it is not installed on CPU machines).
+Triton is imported only when variant 5 or 6 runs on CUDA (it is not installed on CPU machines).
+Variant 6's staging, caches and kernel live in ``cases/device_rows.py``.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ from typing import Any, Callable
 
 import torch
 
+from cases import device_rows
+
 try:
     import numpy as np
 except ImportError:  # torch runs without numpy; the host row search then uses torch
@@ -46,7 +51,8 @@ except ImportError:  # torch runs without numpy; the host row search then uses t
 __all__ = [
     "Variant", "VARIANTS", "canonical_nan",
     "merge_index_put_cpu_mask", "merge_masked_scatter", "merge_index_put_gpu_mask",
-    "merge_index_copy_rows", "merge_triton_row_scatter", "flatten_embeddings",
+    "merge_index_copy_rows", "merge_triton_row_scatter", "merge_triton_device_rows",
+    "flatten_embeddings",
     "reference_merge", "bits", "supports_dtype", "triton_available", "triton_config",
     "representative_inputs", "measure_merge",
 ]
@@ -220,6 +226,52 @@ def merge_triton_row_scatter(inputs_embeds: torch.Tensor, is_multimodal: torch.T
     return inputs_embeds
 
 
+def merge_triton_device_rows(inputs_embeds: torch.Tensor, is_multimodal: torch.Tensor,
+                             multimodal_embeddings: Any) -> torch.Tensor:
+    """6: the CPU mask's bytes go to the device (staged in a reused pinned slot, one
+    non-blocking copy) and one Triton kernel computes the rows (a prefix count of the mask)
+    and copies them (``cases/device_rows.py``). The host only counts the mask's slots (for the
+    check) and copies N bytes; it never finds the rows.
+
+    Why, as a hypothesis to be measured (``bench/bench_merge.py --split``; variant 5 spends
+    244 us of host time per call at 131072x8192, H200, torch 2.11.0). Inferred from reading
+    variant 5's path, at 131072 tokens (65536 rows), per call:
+
+    * rows found on the host: ``np.flatnonzero`` over 131072 bools (~50-150 us) and its int64
+      result cast into int32 (~20-50 us): grows with the tokens, and is most of the 244 us;
+    * ``torch.empty(pin_memory=True)`` for the rows (caching host allocator, ~5-20 us) and the
+      non-blocking H2D copy (~5-15 us);
+    * the launch: ``triton_config`` recomputed, two dtype views, ``torch.cuda.device`` entered,
+      Triton's Python launch path (~20-40 us, fixed);
+    * checks and ``flatten_embeddings`` (~3-5 us, shared by every variant).
+
+    Here the size-dependent part is ``np.count_nonzero`` (vectorised, ~5 us) and a 128 KiB
+    memcpy (~5 us); the fixed part is one H2D copy, one ``cudaEventQuery`` + record, a cached
+    config and the Triton launch, which is then the largest remaining cost: ~40-70 us in all is
+    the guess, so the 25 us goal likely needs a cheaper launch (Triton's compiled-kernel
+    launcher called directly, or a CUDA graph), NOT done here. On the device the mask copy
+    (N bytes) precedes the kernel in stream order: ~2 us that a plain copy does not pay, which
+    matters most at 2048x2048.
+
+    CPU tensors take ``device_rows.scatter_cpu``: the same row map computed with torch by the
+    kernel's decomposition, then a bit copy.
+    """
+    name = "triton_device_rows"
+    _check_args(name, inputs_embeds, is_multimodal, "cpu")
+    mm = flatten_embeddings(multimodal_embeddings, inputs_embeds, name)
+    n_slots = _count_slots(is_multimodal)
+    _check_count(name, n_slots, mm.shape[0])
+    if n_slots == 0:
+        return inputs_embeds
+    if inputs_embeds.device.type != "cuda":
+        device_rows.scatter_cpu(mm, is_multimodal, inputs_embeds)
+        return inputs_embeds
+    if not triton_available():
+        raise RuntimeError(f"{name}: needs triton for CUDA tensors, and triton is not installed")
+    device_rows.scatter(mm, is_multimodal, inputs_embeds)
+    return inputs_embeds
+
+
 @dataclass(frozen=True)
 class Variant:
     """A merge implementation and the facts a case needs about it."""
@@ -243,6 +295,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             summary="host rows, pinned non-blocking H2D, index_copy_"),
     Variant("triton_row_scatter", merge_triton_row_scatter, "cpu", True,
             needs_triton_on_cuda=True, summary="host rows + Triton row-scatter kernel"),
+    Variant("triton_device_rows", merge_triton_device_rows, "cpu", True,
+            needs_triton_on_cuda=True,
+            summary="CPU mask staged pinned, rows + scatter in one Triton kernel"),
 )}
 
 
