@@ -36,9 +36,10 @@ except ImportError:  # torch runs without numpy; staging then copies with torch
     _np = None
 
 __all__ = ["DeviceRowsConfig", "device_rows_config", "row_map", "PinnedRing", "scatter",
+           "stage", "launch", "kernel",
            "scatter_cpu", "cache_key", "cached_states"]
 
-tl: Any = None  # triton.language, bound by _kernel(); the kernel reads it as a global
+tl: Any = None  # triton.language, bound by kernel(); the kernel reads it as a global
 _KERNEL: dict[str, Any] = {}
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SCAN = 4096  # mask bytes per iteration of the prefix count
@@ -79,7 +80,8 @@ def _device_rows_kernel(src_ptr, mask_ptr, dst_ptr, n_tokens, hidden, tokens_per
         tl.store(dst_ptr + dst_off, vals, mask=ok)
 
 
-def _kernel():
+def kernel():
+    """The jitted kernel (imports triton on first use)."""
     if not _KERNEL:
         import triton
         import triton.language as language
@@ -261,10 +263,16 @@ def scatter(src: torch.Tensor, cpu_mask: torch.Tensor, dst: torch.Tensor) -> Non
     """``dst[t] = src[multimodal tokens before t]`` for every t with ``cpu_mask[t]``, on
     ``dst``'s device and current stream, without a host wait. ``src`` has exactly as many
     rows as ``cpu_mask`` has set (the caller checked, on the host)."""
-    kernel = _kernel()
-    device = dst.device
+    dev_mask, programs = stage(cpu_mask, dst.device)
+    launch(kernel(), src, dev_mask, dst, programs)
+
+
+def stage(cpu_mask: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The mask's bytes on ``device``, enqueued on its current stream (pinned slot, one
+    non-blocking copy), and the program count for that device. Separate from ``launch`` so
+    that bench/bench_merge.py --host-phases can time each."""
     stream = torch.cuda.current_stream(device)
-    n, hidden = dst.shape
+    n = cpu_mask.shape[0]
     with _LOCK:  # one slot per call even with threads sharing a stream
         state = _state(device, stream)
         slot = state.ring.take(n)
@@ -275,7 +283,15 @@ def scatter(src: torch.Tensor, cpu_mask: torch.Tensor, dst: torch.Tensor) -> Non
         dev_mask = state.device_mask(n)
         dev_mask[:n].copy_(slot.host[:n], non_blocking=True)
         slot.event.record(stream)
-    cfg = device_rows_config(n, hidden, dst.element_size(), state.programs)
+    return dev_mask, state.programs
+
+
+def launch(jitted: Any, src: torch.Tensor, dev_mask: torch.Tensor, dst: torch.Tensor,
+           programs: int) -> None:
+    """The kernel over ``dst``'s tokens, reading the staged mask (``stage``)."""
+    device = dst.device
+    n, hidden = dst.shape
+    cfg = device_rows_config(n, hidden, dst.element_size(), programs)
     as_int = _INT_OF_SIZE[dst.element_size()]
     s, d = src.view(as_int), dst.view(as_int)
     unit = s.stride(1) == 1 and d.stride(1) == 1
@@ -283,8 +299,8 @@ def scatter(src: torch.Tensor, cpu_mask: torch.Tensor, dst: torch.Tensor) -> Non
             d.stride(0), d.stride(1))
     meta = dict(CHUNK=cfg.chunk, BLOCK_H=cfg.block_h, SCAN_BLOCK=SCAN, UNIT_H=unit,
                 num_warps=cfg.num_warps)
-    if device.index == torch.cuda.current_device():
-        kernel[cfg.grid](*args, **meta)
-    else:
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            kernel[cfg.grid](*args, **meta)
+            jitted[cfg.grid](*args, **meta)
+    else:  # the current device (or CPU tensors under TRITON_INTERPRET=1)
+        jitted[cfg.grid](*args, **meta)
