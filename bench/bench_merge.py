@@ -313,7 +313,8 @@ def _host_phases_main(args, dtype, has_triton) -> int:
             rows += host_phases(tokens, hidden, dtype=dtype, reps=min(args.reps, 50),
                                 rounds=args.rounds)
         except Exception as e:  # noqa: BLE001 - one failing size must not lose the others
-            skipped.append({"size": f"{tokens}x{hidden}", "reason": f"{type(e).__name__}: {e}"[:300]})
+            skipped.append({"size": f"{tokens}x{hidden}",
+                            "reason": f"{type(e).__name__}: {e}"[:300]})
         torch.cuda.empty_cache()
     doc = {"schema_version": 1, "kind": "syncguard-merge-host-phases",
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -181,7 +181,8 @@ _INTERPRET = textwrap.dedent("""
     for tokens, hidden, dtype, p, programs, strided in [
             (1, 1, torch.float32, 0.5, 528, False), (17, 3, torch.bfloat16, 0.4, 528, False),
             (300, 700, torch.float16, 0.4, 528, False), (299, 4096, torch.bfloat16, 0.5, 24, False),
-            (299, 4096, torch.bfloat16, 0.5, 1, False), (5000, 20, torch.float8_e4m3fn, 0.4, 528, False),
+            (299, 4096, torch.bfloat16, 0.5, 1, False),
+            (5000, 20, torch.float8_e4m3fn, 0.4, 528, False),
             (9000, 40, torch.float64, 0.7, 64, False), (64, 33, torch.float32, 0.5, 528, True),
             (40, 5, torch.float32, 1.0, 528, False)]:
         g = torch.Generator().manual_seed(tokens)
