@@ -37,9 +37,10 @@ except ImportError:  # torch runs without numpy; staging then copies with torch
 
 __all__ = ["DeviceRowsConfig", "device_rows_config", "row_map", "PinnedRing", "scatter",
            "stage", "launch", "kernel",
-           "scatter_cpu", "cache_key", "cached_states"]
+           "scatter_cpu", "cache_key", "cached_states", "jit_with_triton", "next_pow2"]
 
-tl: Any = None  # triton.language, bound by kernel(); the kernel reads it as a global
+tl: Any = None  # triton.language, bound by jit_with_triton(); the kernels read it as a global
+copy_tile: Any = None  # the jitted _copy_tile, bound by jit_with_triton()
 _KERNEL: dict[str, Any] = {}
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 SCAN = 4096  # mask bytes per iteration of the prefix count
@@ -67,29 +68,45 @@ def _device_rows_kernel(src_ptr, mask_ptr, dst_ptr, n_tokens, hidden, tokens_per
         m = tl.load(mask_ptr + t, mask=t < end, other=0).to(tl.int32)
         src_r = (carry + tl.cumsum(m, axis=0) - 1).to(tl.int64)
         carry += tl.sum(m, axis=0)
-        dst_r = t.to(tl.int64)
-        ok = (m != 0)[:, None] & h_ok[None, :]
-        if UNIT_H:
-            src_off = src_r[:, None] * src_stride_r + h[None, :]
-            dst_off = dst_r[:, None] * dst_stride_r + h[None, :]
-        else:
-            h64 = h.to(tl.int64)
-            src_off = src_r[:, None] * src_stride_r + h64[None, :] * src_stride_h
-            dst_off = dst_r[:, None] * dst_stride_r + h64[None, :] * dst_stride_h
-        vals = tl.load(src_ptr + src_off, mask=ok)
-        tl.store(dst_ptr + dst_off, vals, mask=ok)
+        copy_tile(src_ptr, dst_ptr, src_r, t.to(tl.int64), h, (m != 0)[:, None] & h_ok[None, :],
+                  src_stride_r, src_stride_h, dst_stride_r, dst_stride_h, UNIT_H)
+
+
+def _copy_tile(src_ptr, dst_ptr, src_r, dst_r, h, ok, src_stride_r, src_stride_h, dst_stride_r,
+               dst_stride_h, UNIT_H: tl.constexpr):
+    """dst[dst_r, h] = src[src_r, h] where ``ok``: the tile copy both Triton kernels end with
+    (int64 row offsets; UNIT_H, both hidden strides 1, lets loads vectorise)."""
+    if UNIT_H:
+        src_off = src_r[:, None] * src_stride_r + h[None, :]
+        dst_off = dst_r[:, None] * dst_stride_r + h[None, :]
+    else:
+        h64 = h.to(tl.int64)
+        src_off = src_r[:, None] * src_stride_r + h64[None, :] * src_stride_h
+        dst_off = dst_r[:, None] * dst_stride_r + h64[None, :] * dst_stride_h
+    vals = tl.load(src_ptr + src_off, mask=ok)
+    tl.store(dst_ptr + dst_off, vals, mask=ok)
+
+
+def jit_with_triton(fn: Callable) -> tuple[Any, Any]:
+    """``(triton, triton.jit(fn))``, with ``triton.language`` bound as ``tl`` and the jitted
+    ``_copy_tile`` as ``copy_tile`` in ``fn``'s module first: the kernel bodies read both as
+    globals, and triton is imported only here, on first CUDA use (CPU machines do not have
+    it). Shared by both Triton variants."""
+    import triton
+    import triton.language as language
+
+    if "copy_tile" not in _KERNEL:
+        globals()["tl"] = language
+        _KERNEL["copy_tile"] = triton.jit(_copy_tile)
+    fn.__globals__["tl"] = language
+    fn.__globals__["copy_tile"] = _KERNEL["copy_tile"]
+    return triton, triton.jit(fn)
 
 
 def kernel():
     """The jitted kernel (imports triton on first use)."""
     if not _KERNEL:
-        import triton
-        import triton.language as language
-
-        global tl
-        tl = language
-        _KERNEL["triton"] = triton
-        _KERNEL["kernel"] = triton.jit(_device_rows_kernel)
+        _KERNEL["triton"], _KERNEL["kernel"] = jit_with_triton(_device_rows_kernel)
     return _KERNEL["kernel"]
 
 
@@ -114,7 +131,7 @@ class DeviceRowsConfig:
         return self.splits, self.h_blocks
 
 
-def _next_pow2(n: int) -> int:
+def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -133,7 +150,7 @@ def device_rows_config(tokens: int, hidden: int, element_size: int,
         raise ValueError(f"device_rows_config: need tokens >= 1, hidden >= 1 and an element "
                          f"size in {sorted(_INT_OF_SIZE)}, got {tokens}, {hidden}, {element_size}")
     tile = 16384 // element_size
-    block_h = min(max(16, _next_pow2(hidden)), 512, tile // 16)
+    block_h = min(max(16, next_pow2(hidden)), 512, tile // 16)
     chunk = max(16, tile // block_h)
     h_blocks = _cdiv(hidden, block_h)
     want_splits = max(1, min(_cdiv(programs, h_blocks), _cdiv(tokens, chunk)))
@@ -214,7 +231,7 @@ class PinnedRing:
         return slot
 
     def _new(self, n: int, event: Any) -> _Slot:
-        host = torch.empty(_next_pow2(max(n, 4096)), dtype=torch.uint8, pin_memory=self.pin)
+        host = torch.empty(next_pow2(max(n, 4096)), dtype=torch.uint8, pin_memory=self.pin)
         return _Slot(host, event)
 
 
@@ -231,7 +248,7 @@ class _State:
 
     def device_mask(self, n: int) -> torch.Tensor:
         if self.mask.numel() < n:
-            self.mask = torch.empty(_next_pow2(max(n, 4096)), dtype=torch.uint8,
+            self.mask = torch.empty(next_pow2(max(n, 4096)), dtype=torch.uint8,
                                     device=self.mask.device)
         return self.mask
 

@@ -304,7 +304,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 # ---------------------------------------------------------------------------------------------
 # Triton row scatter (the kernel is plain Python until triton is imported on first CUDA use)
 
-tl: Any = None  # triton.language, bound by _load_triton(); the kernel reads it as a global
+# triton.language and the shared tile copy (cases/device_rows.py), bound by _load_triton(); the
+# kernel reads them as globals
+tl: Any = None
+copy_tile: Any = None
 _TRITON: dict[str, Any] = {}
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -321,16 +324,8 @@ def _row_scatter_kernel(src_ptr, rows_ptr, dst_ptr, n_rows, hidden,
     dst_r = tl.load(rows_ptr + r, mask=r_ok, other=0).to(tl.int64)
     src_r = r.to(tl.int64)
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    ok = r_ok[:, None] & (h < hidden)[None, :]
-    if UNIT_H:
-        src_off = src_r[:, None] * src_stride_r + h[None, :]
-        dst_off = dst_r[:, None] * dst_stride_r + h[None, :]
-    else:
-        h64 = h.to(tl.int64)
-        src_off = src_r[:, None] * src_stride_r + h64[None, :] * src_stride_h
-        dst_off = dst_r[:, None] * dst_stride_r + h64[None, :] * dst_stride_h
-    vals = tl.load(src_ptr + src_off, mask=ok)
-    tl.store(dst_ptr + dst_off, vals, mask=ok)
+    copy_tile(src_ptr, dst_ptr, src_r, dst_r, h, r_ok[:, None] & (h < hidden)[None, :],
+              src_stride_r, src_stride_h, dst_stride_r, dst_stride_h, UNIT_H)
 
 
 def triton_available() -> bool:
@@ -343,18 +338,8 @@ def triton_available() -> bool:
 
 def _load_triton():
     if not _TRITON:
-        import triton
-        import triton.language as language
-
-        global tl
-        tl = language
-        _TRITON["triton"] = triton
-        _TRITON["kernel"] = triton.jit(_row_scatter_kernel)
+        _TRITON["triton"], _TRITON["kernel"] = device_rows.jit_with_triton(_row_scatter_kernel)
     return _TRITON["triton"], _TRITON["kernel"]
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def triton_config(hidden: int, element_size: int) -> dict[str, int]:
@@ -362,7 +347,7 @@ def triton_config(hidden: int, element_size: int) -> dict[str, int]:
     columns (no size-1 ``tl.arange``), 8 warps for big tiles. ``bench/bench_merge.py``
     times alternatives side by side (``--sweep``)."""
     tile = 16384 // element_size
-    block_h = min(max(16, _next_pow2(hidden)), tile // 2)
+    block_h = min(max(16, device_rows.next_pow2(hidden)), tile // 2)
     rows = max(2, min(32, tile // block_h))
     num_warps = 8 if block_h * rows * element_size >= 8192 else 4
     return {"block_h": block_h, "rows_per_program": rows, "num_warps": num_warps}
