@@ -253,6 +253,10 @@ def merge_triton_device_rows(inputs_embeds: torch.Tensor, is_multimodal: torch.T
     (N bytes) precedes the kernel in stream order: ~2 us that a plain copy does not pay, which
     matters most at 2048x2048.
 
+    Memory: no temporary per call; a mask buffer of ``next_pow2(tokens)`` bytes per device and
+    stream, and the pinned slots, are kept between calls (so ``peak_extra_bytes``, measured
+    after a warm-up, does not show them: 128 KiB at 131072 tokens).
+
     CPU tensors take ``device_rows.scatter_cpu``: the same row map computed with torch by the
     kernel's decomposition, then a bit copy.
     """

@@ -158,7 +158,7 @@ def test_cache_key_separates_devices_and_streams():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                                   torch.float8_e4m3fn, torch.float8_e5m2])
+                                   torch.float8_e4m3fn, torch.float8_e5m2], ids=str)
 def test_cpu_fallback_is_a_bit_copy(dtype):
     """NaN payloads and -0.0 survive: the rows are copied as same-width integers."""
     x = torch.zeros(6, 3).to(dtype)
