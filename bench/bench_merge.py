@@ -6,7 +6,8 @@ Per variant and size (default 8192x4096 and 131072x8192 bf16, half the tokens mu
 1024-token runs): the median of many CUDA-event-timed calls after a warm-up, the median of
 ``dst.copy_(src)`` for the multimodal rows alone (the floor any merge can reach), their ratio,
 and the peak device memory the merge allocates beyond its inputs. ``--sweep`` also times the
-Triton kernel under other tile shapes, to tune ``cases.merge.triton_config``.
+Triton kernels alone under other tile shapes (``cases.merge.triton_config``) and program counts
+(``cases.device_rows.device_rows_config``), to tune them.
 
 Prints a table and writes JSON (``schema_version`` 1). Numbers are recorded, never asserted.
 
@@ -47,6 +48,8 @@ SPLIT_SIZES = ((2048, 2048), (8192, 4096), (32768, 4096), (131072, 8192))
 SWEEP = [{}] + [dict(block_h=b, rows_per_program=r, num_warps=w)
                 for b, r, w in ((512, 8, 4), (1024, 2, 4), (1024, 8, 8), (2048, 2, 4),
                                 (2048, 4, 8), (4096, 2, 8), (4096, 4, 8), (8192, 2, 8))]
+# triton_device_rows, kernel only (mask already on the device): programs aimed at ({} = 4 per SM)
+SWEEP_DEVICE_ROWS = [{}] + [{"programs": p} for p in (132, 264, 1056, 2112, 4224)]
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -113,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                 if cfg.get("block_h", 0) > 2 * hidden:
                     continue
                 m = measure_merge("triton_row_scatter", tokens, hidden, dtype=dtype,
+                                  warmup=args.warmup, reps=args.reps, triton_overrides=cfg)
+                sweep.append(m)
+                _print_row(m, tag=f" kernel only {m['triton_config']}")
+            torch.cuda.empty_cache()
+        if args.sweep and has_triton and "triton_device_rows" in names:
+            for cfg in SWEEP_DEVICE_ROWS:
+                m = measure_merge("triton_device_rows", tokens, hidden, dtype=dtype,
                                   warmup=args.warmup, reps=args.reps, triton_overrides=cfg)
                 sweep.append(m)
                 _print_row(m, tag=f" kernel only {m['triton_config']}")

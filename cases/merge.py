@@ -514,8 +514,9 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
                   device: Any = "cuda", triton_overrides: dict | None = None) -> dict:
     """Median time (CUDA events) of one merge and of a plain copy of the same bytes, their
     ratio, and the peak device memory the merge allocates beyond what it was handed.
-    ``triton_overrides`` (Triton variant only; ``{}`` = default tile) times the kernel alone
-    with the given tile, rows already on the device.
+    ``triton_overrides`` (Triton variants only; ``{}`` = default) times the kernel alone, rows
+    (variant 5, tile keys of ``row_scatter``) or the mask (variant 6, key ``programs``: how
+    many programs ``device_rows_config`` aims at) already on the device.
 
     Host work (the CPU nonzero, pinning) is inside the timed window: when it is longer than
     the GPU work, the GPU waits and the events show it. Recorded, never asserted.
@@ -523,12 +524,19 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
     v = VARIANTS[variant]
     inputs_embeds, mask, mm = representative_inputs(variant, tokens, hidden, dtype=dtype,
                                                     device=device)
-    kernel_only = triton_overrides is not None and variant == "triton_row_scatter"
-    if kernel_only:  # tuning the kernel: rows already on the device, no host work timed
+    kernel_only = triton_overrides is not None and v.needs_triton_on_cuda
+    if kernel_only and variant == "triton_row_scatter":  # rows on the device, no host work
         rows = torch.nonzero(mask).flatten().to(device)
 
         def run():
             row_scatter(mm, rows, inputs_embeds, **triton_overrides)
+    elif kernel_only:  # triton_device_rows: the mask staged once, the kernel alone timed
+        dev_mask, default_programs = device_rows.stage(mask, inputs_embeds.device)
+        programs = triton_overrides.get("programs", default_programs)
+        jitted = device_rows.kernel()
+
+        def run():
+            device_rows.launch(jitted, mm, dev_mask, inputs_embeds, programs)
     else:
         def run():
             v.fn(inputs_embeds, mask, mm)
@@ -550,5 +558,11 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
     if variant == "triton_row_scatter":
         out["triton_config"] = dict(triton_config(hidden, mm.element_size()),
                                     **(triton_overrides or {}))
+        out["kernel_only"] = kernel_only
+    elif variant == "triton_device_rows":
+        sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+        programs = (triton_overrides or {}).get("programs", 4 * sms)
+        cfg = device_rows.device_rows_config(tokens, hidden, mm.element_size(), programs)
+        out["triton_config"] = dict(vars(cfg), programs=programs)
         out["kernel_only"] = kernel_only
     return out
