@@ -290,3 +290,22 @@ def test_kernel_matches_the_reference_across_geometries(tokens, hidden):
             ref = reference_merge(x, mask, mm)
             _merge()(x, mask, mm)
             assert torch.equal(bits(x.cpu()), bits(ref)), (tokens, hidden, x.stride())
+
+
+@pytest.mark.gpu
+@needs_cuda_triton
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_merge_on_another_device_than_the_current_one():
+    """Buffers keyed by that device, the kernel launched there (Triton launches on the current
+    device: ``launch`` switches)."""
+    with syncguard.allow("test setup"):
+        mask = torch.tensor([0, 1, 1, 0, 1] * 100, dtype=torch.bool)
+        x = torch.randn(500, 24, device="cuda:1")
+        mm = torch.randn(int(mask.sum()), 24, device="cuda:1")
+        ref = reference_merge(x, mask, mm)
+        torch.cuda.synchronize(1)
+    with torch.cuda.device(0), syncguard.forbid():
+        _merge()(x, mask, mm)
+    assert any(key[0] == 1 for key in device_rows.cached_states())
+    with syncguard.allow("test: compare"):
+        assert torch.equal(bits(x.cpu()), bits(ref))
