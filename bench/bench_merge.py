@@ -75,13 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", action="store_true",
                     help="device time and host time apart, with a noise band (see above)")
     ap.add_argument("--rounds", type=int, default=5, help="--split: rounds per measurement")
+    ap.add_argument("--device-rows-same-stream", action="store_true",
+                    help="triton_device_rows copies the mask on the merge's own stream instead "
+                         "of a side stream (cases.device_rows.COPY_ON_SIDE_STREAM)")
     ap.add_argument("--host-phases", action="store_true",
                     help="host us of each step of the Triton variants (see above)")
     args = ap.parse_args(argv)
 
     import torch
 
+    from cases import device_rows
     from cases.merge import VARIANTS, measure_merge, triton_available
+
+    if args.device_rows_same_stream:  # before the first call: the choice is cached per stream
+        device_rows.COPY_ON_SIDE_STREAM = False
 
     if not torch.cuda.is_available():
         print("bench_merge: CUDA is not available; nothing to measure", file=sys.stderr)
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                         "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),
                         "triton": _triton_version()},
         "options": {"dtype": args.dtype, "warmup": args.warmup, "reps": args.reps,
+                    "device_rows_copy": _copy_stream(),
                     "sizes": [f"{t}x{h}" for t, h in (args.size or SIZES)]},
         "results": rows, "skipped": skipped, "triton_sweep": sweep,
     }
@@ -255,6 +263,7 @@ def _split_main(args, names, dtype, has_triton) -> int:
                            "python": platform.python_version(), "triton": _triton_version()},
            "options": {"dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup,
                        "reps": min(args.reps, 20), "rounds": args.rounds,
+                       "device_rows_copy": _copy_stream(),
                        "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
            "results": rows, "skipped": skipped}
     _write(doc, args.out)
@@ -275,7 +284,8 @@ def host_phases(tokens: int, hidden: int, *, dtype, reps: int, rounds: int) -> l
     rows = _host_rows("bench", mask, mm, pinned=True, index_dtype=torch.int32)
     rows_dev = rows.to(dev)
     kernel = device_rows.kernel()
-    dev_mask, programs = device_rows.stage(mask, dev)
+    staged = device_rows.stage(mask, dev)
+    device_rows.release(staged)  # its device bytes stay valid: the launch step reuses them
 
     def checks():
         _check_args("bench", x, mask, "cpu")
@@ -292,9 +302,10 @@ def host_phases(tokens: int, hidden: int, *, dtype, reps: int, rounds: int) -> l
         "triton_device_rows": {
             "checks + flatten": checks,
             "count slots": lambda: _count_slots(mask),
-            "stage mask + H2D (ring, memcpy, copy, event)": lambda: device_rows.stage(mask, dev),
+            "stage mask + H2D + release (ring, memcpy, copy, events)":
+                lambda: device_rows.release(device_rows.stage(mask, dev)),
             "launch (config, views, Triton)":
-                lambda: device_rows.launch(kernel, mm, dev_mask, x, programs),
+                lambda: device_rows.launch(kernel, mm, staged.mask, x, staged.programs),
             "whole call": lambda: VARIANTS["triton_device_rows"].fn(x, mask, mm)},
     }
     out = []
@@ -332,11 +343,18 @@ def _host_phases_main(args, dtype, has_triton) -> int:
                            "gpu": torch.cuda.get_device_name(0),
                            "python": platform.python_version(), "triton": _triton_version()},
            "options": {"dtype": str(dtype).replace("torch.", ""), "reps": min(args.reps, 50),
-                       "rounds": args.rounds,
+                       "rounds": args.rounds, "device_rows_copy": _copy_stream(),
                        "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
            "results": rows, "skipped": skipped}
     _write(doc, args.out)
     return 0
+
+
+def _copy_stream() -> str:
+    """Where triton_device_rows copied its mask in this run."""
+    from cases import device_rows
+
+    return "side stream" if device_rows.COPY_ON_SIDE_STREAM else "same stream"
 
 
 def _triton_version() -> str | None:

@@ -4,11 +4,13 @@ Variant 5 (``triton_row_scatter``) computes the destination rows on the host fro
 (``np.flatnonzero``, a cast into a freshly allocated pinned buffer) and sends them to the
 device. This module sends the mask instead, and lets one Triton kernel turn it into rows:
 
-1. the mask's bytes are copied into a page-locked staging slot (``PinnedRing``: slots are
-   reused once the device has read them, checked with ``cudaEventQuery``, which never waits;
-   when every slot is still in flight a new one is added, so the host never waits either);
-2. one non-blocking H2D copy moves them into a device buffer cached per (device, stream): the
-   stream orders every reuse of that buffer after the kernel that read it;
+1. the mask's bytes are copied into a free slot of a ring (``PinnedRing``): a page-locked host
+   buffer and a device buffer, reused only once the kernel that last read them has completed
+   (``cudaEventQuery``, which never waits; when every slot is in flight a new one is added,
+   so the host never waits either);
+2. one non-blocking H2D copy moves them to the slot's device buffer, by default on a side
+   stream that the merge's stream then waits for on the device (``COPY_ON_SIDE_STREAM``): the
+   copy overlaps earlier GPU work instead of running in line ahead of the kernel;
 3. one kernel (``_device_rows_kernel``), grid = (token splits, hidden blocks): each program
    counts the multimodal tokens before its split (reading the mask's prefix, a few KiB from
    L2), then walks its tokens in chunks, turning each chunk's mask into source rows with an
@@ -36,7 +38,7 @@ except ImportError:  # torch runs without numpy; staging then copies with torch
     _np = None
 
 __all__ = ["DeviceRowsConfig", "device_rows_config", "row_map", "PinnedRing", "scatter",
-           "stage", "launch", "kernel",
+           "Staged", "stage", "release", "launch", "kernel", "COPY_ON_SIDE_STREAM",
            "scatter_cpu", "cache_key", "cached_states", "jit_with_triton", "next_pow2"]
 
 tl: Any = None  # triton.language, bound by jit_with_triton(); the kernels read it as a global
@@ -192,25 +194,31 @@ def scatter_cpu(src: torch.Tensor, mask: torch.Tensor, dst: torch.Tensor) -> Non
 # Host staging and per-stream device buffers
 
 class _Slot:
-    __slots__ = ("host", "array", "event")
+    """A pinned host buffer and a device buffer for one mask, and the events that say when
+    they may be reused: ``event`` is recorded on the merge's stream after the kernel that read
+    them (the kernel itself waited for the copy), ``copied`` on the copy stream after the copy.
+    ``busy`` covers the time between ``take`` and that record."""
 
-    def __init__(self, host: torch.Tensor, event: Any):
-        self.host, self.event = host, event
+    __slots__ = ("host", "array", "dev", "event", "copied", "busy")
+
+    def __init__(self, host: torch.Tensor, dev: torch.Tensor, event: Any):
+        self.host, self.dev, self.event, self.copied, self.busy = host, dev, event, None, True
         self.array = host.numpy() if _np is not None else None
 
 
 class PinnedRing:
-    """Page-locked staging slots for the mask, reused only once the device has read them.
+    """Staging slots for the mask, each reused only once the device is done with it.
 
-    ``take(n)`` returns a free slot of at least ``n`` bytes: the first whose last copy has
-    completed (``event.query()``, which never waits), else a new one. The ring grows only as
-    far as the host runs ahead of the device. ``pin`` and ``make_event`` are parameters so the
-    bookkeeping can be tested on a CPU with fake events; on CUDA they are ``True`` and
-    ``torch.cuda.Event``.
+    ``take(n)`` returns a slot of at least ``n`` bytes that is not busy and whose last kernel
+    has completed (``event.query()``, which never waits), else a new one: the ring grows only
+    as far as the host runs ahead of the device. ``release(slot, stream)`` records the event
+    after the kernel is enqueued. ``device``, ``pin`` and ``make_event`` are parameters so the
+    bookkeeping can be tested on a CPU with fake events.
     """
 
-    def __init__(self, *, pin: bool = True, make_event: Callable[[], Any] | None = None):
-        self.pin = pin
+    def __init__(self, device: Any, *, pin: bool = True,
+                 make_event: Callable[[], Any] | None = None):
+        self.device, self.pin = torch.device(device), pin
         self.make_event = make_event or torch.cuda.Event
         self.slots: list[_Slot] = []
         self._next = 0
@@ -220,9 +228,10 @@ class PinnedRing:
         for i in range(k):
             j = (self._next + i) % k
             slot = self.slots[j]
-            if slot.event.query():
+            if not slot.busy and slot.event.query():
                 if slot.host.numel() < n:
                     slot = self.slots[j] = self._new(n, slot.event)
+                slot.busy = True
                 self._next = (j + 1) % k
                 return slot
         slot = self._new(n, self.make_event())
@@ -230,27 +239,34 @@ class PinnedRing:
         self._next = 0
         return slot
 
+    @staticmethod
+    def release(slot: _Slot, stream: Any) -> None:
+        slot.event.record(stream)
+        slot.busy = False
+
     def _new(self, n: int, event: Any) -> _Slot:
-        host = torch.empty(next_pow2(max(n, 4096)), dtype=torch.uint8, pin_memory=self.pin)
-        return _Slot(host, event)
+        size = next_pow2(max(n, 4096))
+        host = torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
+        return _Slot(host, torch.empty(size, dtype=torch.uint8, device=self.device), event)
+
+
+#: Copy the mask on a side stream of its own (the merge's stream waits for it with
+#: ``cudaStreamWaitEvent``): the copy then runs while the GPU is still busy with earlier work
+#: instead of in line ahead of the kernel. False: on the merge's stream. bench/bench_merge.py
+#: --split --device-rows-same-stream measures the other way.
+COPY_ON_SIDE_STREAM = True
 
 
 class _State:
-    """What one (device, stream) keeps between calls: the staging ring and the device copy of
-    the mask. Reusing the device buffer is safe because every use is on this one stream."""
+    """What one (device, stream) keeps between calls: the staging ring, the side stream the
+    mask is copied on (or None), the program count the launch aims at."""
 
-    __slots__ = ("ring", "mask", "programs")
+    __slots__ = ("ring", "copy_stream", "programs")
 
     def __init__(self, device: torch.device, programs: int):
-        self.ring = PinnedRing()
-        self.mask = torch.empty(0, dtype=torch.uint8, device=device)
+        self.ring = PinnedRing(device)
+        self.copy_stream = torch.cuda.Stream(device) if COPY_ON_SIDE_STREAM else None
         self.programs = programs
-
-    def device_mask(self, n: int) -> torch.Tensor:
-        if self.mask.numel() < n:
-            self.mask = torch.empty(next_pow2(max(n, 4096)), dtype=torch.uint8,
-                                    device=self.mask.device)
-        return self.mask
 
 
 _STATES: dict[tuple[int, int], _State] = {}
@@ -258,7 +274,7 @@ _LOCK = threading.Lock()
 
 
 def cache_key(device: torch.device, stream: Any) -> tuple[int, int]:
-    """(device index, raw stream handle): buffers are shared only in one stream's order."""
+    """(device index, raw stream handle): each stream of each device has its own slots."""
     return device.index, stream.cuda_stream
 
 
@@ -276,31 +292,58 @@ def _state(device: torch.device, stream: Any) -> _State:
     return state
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A mask on its way to the device: ``mask`` (device bytes, at least ``n``), the slot to
+    release once the kernel reading it is enqueued, on ``stream``."""
+
+    mask: torch.Tensor
+    programs: int
+    slot: _Slot
+    stream: Any
+
+
 def scatter(src: torch.Tensor, cpu_mask: torch.Tensor, dst: torch.Tensor) -> None:
     """``dst[t] = src[multimodal tokens before t]`` for every t with ``cpu_mask[t]``, on
     ``dst``'s device and current stream, without a host wait. ``src`` has exactly as many
     rows as ``cpu_mask`` has set (the caller checked, on the host)."""
-    dev_mask, programs = stage(cpu_mask, dst.device)
-    launch(kernel(), src, dev_mask, dst, programs)
+    staged = stage(cpu_mask, dst.device)
+    try:
+        launch(kernel(), src, staged.mask, dst, staged.programs)
+    finally:
+        release(staged)
 
 
-def stage(cpu_mask: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
-    """The mask's bytes on ``device``, enqueued on its current stream (pinned slot, one
-    non-blocking copy), and the program count for that device. Separate from ``launch`` so
-    that bench/bench_merge.py --host-phases can time each."""
+def stage(cpu_mask: torch.Tensor, device: torch.device) -> Staged:
+    """The mask's bytes copied into a free slot's pinned buffer, and from there to its device
+    buffer by one non-blocking copy, ordered before whatever the current stream runs next.
+    Separate from ``launch`` so that bench/bench_merge.py --host-phases can time each."""
     stream = torch.cuda.current_stream(device)
     n = cpu_mask.shape[0]
     with _LOCK:  # one slot per call even with threads sharing a stream
         state = _state(device, stream)
         slot = state.ring.take(n)
-        if slot.array is not None:
-            _np.copyto(slot.array[:n], cpu_mask.numpy().view(_np.uint8))
-        else:
-            slot.host[:n].copy_(cpu_mask)
-        dev_mask = state.device_mask(n)
-        dev_mask[:n].copy_(slot.host[:n], non_blocking=True)
-        slot.event.record(stream)
-    return dev_mask, state.programs
+    if slot.array is not None:
+        _np.copyto(slot.array[:n], cpu_mask.numpy().view(_np.uint8))
+    else:
+        slot.host[:n].copy_(cpu_mask)
+    side = state.copy_stream
+    if side is None:
+        slot.dev[:n].copy_(slot.host[:n], non_blocking=True)
+    else:
+        with torch.cuda.stream(side):
+            slot.dev[:n].copy_(slot.host[:n], non_blocking=True)
+        if slot.copied is None:
+            slot.copied = torch.cuda.Event()
+        slot.copied.record(side)
+        stream.wait_event(slot.copied)
+    return Staged(slot.dev, state.programs, slot, stream)
+
+
+def release(staged: Staged) -> None:
+    """The slot may be reused once the device has run what the stream holds now."""
+    with _LOCK:
+        PinnedRing.release(staged.slot, staged.stream)
 
 
 def launch(jitted: Any, src: torch.Tensor, dev_mask: torch.Tensor, dst: torch.Tensor,

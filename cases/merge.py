@@ -229,7 +229,8 @@ def merge_triton_row_scatter(inputs_embeds: torch.Tensor, is_multimodal: torch.T
 def merge_triton_device_rows(inputs_embeds: torch.Tensor, is_multimodal: torch.Tensor,
                              multimodal_embeddings: Any) -> torch.Tensor:
     """6: the CPU mask's bytes go to the device (staged in a reused pinned slot, one
-    non-blocking copy) and one Triton kernel computes the rows (a prefix count of the mask)
+    non-blocking copy on a side stream) and one Triton kernel computes the rows (a prefix
+    count of the mask)
     and copies them (``cases/device_rows.py``). The host only counts the mask's slots (for the
     check) and copies N bytes; it never finds the rows.
 
@@ -246,16 +247,20 @@ def merge_triton_device_rows(inputs_embeds: torch.Tensor, is_multimodal: torch.T
     * checks and ``flatten_embeddings`` (~3-5 us, shared by every variant).
 
     Here the size-dependent part is ``np.count_nonzero`` (vectorised, ~5 us) and a 128 KiB
-    memcpy (~5 us); the fixed part is one H2D copy, one ``cudaEventQuery`` + record, a cached
+    memcpy (~5 us); the fixed part is one H2D copy issued on a side stream (a stream switch,
+    two event records, one ``cudaStreamWaitEvent``, one ``cudaEventQuery``: ~10 us), a cached
     config and the Triton launch, which is then the largest remaining cost: ~40-70 us in all is
     the guess, so the 25 us goal likely needs a cheaper launch (Triton's compiled-kernel
-    launcher called directly, or a CUDA graph), NOT done here. On the device the mask copy
-    (N bytes) precedes the kernel in stream order: ~2 us that a plain copy does not pay, which
-    matters most at 2048x2048.
+    launcher called directly, or a CUDA graph), NOT done here. On the device, the side stream
+    lets the mask copy run while earlier work still occupies the GPU, so the kernel does not
+    wait for it; on the merge's own stream (``device_rows.COPY_ON_SIDE_STREAM = False``) the
+    copy would add ~2 us in line, most visible at 2048x2048. ``--split
+    --device-rows-same-stream`` measures that way too.
 
-    Memory: no temporary per call; a mask buffer of ``next_pow2(tokens)`` bytes per device and
-    stream, and the pinned slots, are kept between calls (so ``peak_extra_bytes``, measured
-    after a warm-up, does not show them: 128 KiB at 131072 tokens).
+    Memory: no temporary per call; each staging slot keeps ``next_pow2(tokens)`` bytes of
+    pinned host memory and as many on the device between calls, one slot per call the host is
+    ahead of the device (so ``peak_extra_bytes``, measured after a warm-up, does not show
+    them: 128 KiB per slot at 131072 tokens).
 
     CPU tensors take ``device_rows.scatter_cpu``: the same row map computed with torch by the
     kernel's decomposition, then a bit copy.
@@ -531,12 +536,13 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
         def run():
             row_scatter(mm, rows, inputs_embeds, **triton_overrides)
     elif kernel_only:  # triton_device_rows: the mask staged once, the kernel alone timed
-        dev_mask, default_programs = device_rows.stage(mask, inputs_embeds.device)
-        programs = triton_overrides.get("programs", default_programs)
+        staged = device_rows.stage(mask, inputs_embeds.device)
+        device_rows.release(staged)  # stays valid: nothing else takes slots meanwhile
+        programs = triton_overrides.get("programs", staged.programs)
         jitted = device_rows.kernel()
 
         def run():
-            device_rows.launch(jitted, mm, dev_mask, inputs_embeds, programs)
+            device_rows.launch(jitted, mm, staged.mask, inputs_embeds, programs)
     else:
         def run():
             v.fn(inputs_embeds, mask, mm)

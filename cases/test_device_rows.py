@@ -93,7 +93,7 @@ def test_launch_geometry_rejects_nonsense_in_one_line():
 
 
 class _FakeEvent:
-    """Stands in for torch.cuda.Event on a CPU: ``done`` says whether the copy completed."""
+    """Stands in for torch.cuda.Event on a CPU: ``done`` says whether the kernel completed."""
 
     def __init__(self):
         self.done, self.records = True, 0
@@ -107,19 +107,29 @@ class _FakeEvent:
 
 
 def _ring():
-    return PinnedRing(pin=False, make_event=_FakeEvent)
+    return PinnedRing("cpu", pin=False, make_event=_FakeEvent)
 
 
-def test_a_slot_is_reused_only_after_its_copy_completed():
+def test_a_slot_is_reused_only_after_its_kernel_completed():
     ring = _ring()
     a = ring.take(10)
-    a.event.record()
+    ring.release(a, None)
     b = ring.take(10)
     assert b is not a, "a slot still being read by the device was handed out again"
-    b.event.record()
+    ring.release(b, None)
     a.event.done = True
     assert ring.take(10) is a
-    assert len(ring.slots) == 2
+    assert len(ring.slots) == 2 and a.dev.numel() >= 10 and a.host.numel() >= 10
+
+
+def test_a_taken_slot_is_busy_until_released_even_if_its_event_says_done():
+    """Between take and release (the kernel not yet enqueued), the event still reports the
+    previous use: a second caller must get another slot."""
+    ring = _ring()
+    a = ring.take(10)
+    assert a.event.query() and ring.take(10) is not a
+    ring.release(a, None)
+    assert a.event.records == 1 and not a.busy
 
 
 def test_the_ring_grows_while_the_host_runs_ahead_and_never_waits():
@@ -127,7 +137,7 @@ def test_the_ring_grows_while_the_host_runs_ahead_and_never_waits():
     taken = []
     for _ in range(5):
         slot = ring.take(100)
-        slot.event.record()
+        ring.release(slot, None)
         taken.append(slot)
     assert len({id(s) for s in taken}) == 5 and len(ring.slots) == 5
     for s in taken:
@@ -139,15 +149,15 @@ def test_a_free_slot_too_small_is_replaced_a_busy_one_is_not():
     ring = _ring()
     small = ring.take(10)
     cap = small.host.numel()
-    small.event.record()  # busy
+    ring.release(small, None)  # in flight
     big = ring.take(cap + 1)
-    assert big is not small and big.host.numel() >= cap + 1
+    assert big is not small and big.host.numel() >= cap + 1 and big.dev.numel() >= cap + 1
     assert small in ring.slots, "a slot in flight was dropped"
-    big.event.record()
+    ring.release(big, None)
     small.event.done = True
     again = ring.take(cap * 4)
-    assert again.host.numel() >= cap * 4 and small not in ring.slots
-    assert again.event is small.event, "the replaced slot keeps its event"
+    assert again.host.numel() >= cap * 4 and again.dev.numel() >= cap * 4
+    assert small not in ring.slots and again.event is small.event, "the event is kept"
 
 
 def test_cache_key_separates_devices_and_streams():
