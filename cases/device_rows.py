@@ -197,12 +197,16 @@ class _Slot:
     """A pinned host buffer and a device buffer for one mask, and the events that say when
     they may be reused: ``event`` is recorded on the merge's stream after the kernel that read
     them (the kernel itself waited for the copy), ``copied`` on the copy stream after the copy.
-    ``busy`` covers the time between ``take`` and that record."""
+    ``busy`` covers the time between ``take`` and that record. ``fresh``: the device buffer
+    was just allocated, on the merge's stream, whose earlier work may still use that memory
+    (the caching allocator reuses blocks in that stream's order; deterministic mode also fills
+    new memory there): a copy from another stream must wait for it once."""
 
-    __slots__ = ("host", "array", "dev", "event", "copied", "busy")
+    __slots__ = ("host", "array", "dev", "event", "copied", "busy", "fresh")
 
     def __init__(self, host: torch.Tensor, dev: torch.Tensor, event: Any):
-        self.host, self.dev, self.event, self.copied, self.busy = host, dev, event, None, True
+        self.host, self.dev, self.event, self.copied = host, dev, event, None
+        self.busy = self.fresh = True
         self.array = host.numpy() if _np is not None else None
 
 
@@ -323,21 +327,29 @@ def stage(cpu_mask: torch.Tensor, device: torch.device) -> Staged:
     with _LOCK:  # one slot per call even with threads sharing a stream
         state = _state(device, stream)
         slot = state.ring.take(n)
-    if slot.array is not None:
-        _np.copyto(slot.array[:n], cpu_mask.numpy().view(_np.uint8))
-    else:
-        slot.host[:n].copy_(cpu_mask)
-    side = state.copy_stream
-    if side is None:
-        slot.dev[:n].copy_(slot.host[:n], non_blocking=True)
-    else:
-        with torch.cuda.stream(side):
+    staged = Staged(slot.dev, state.programs, slot, stream)
+    try:
+        if slot.array is not None:
+            _np.copyto(slot.array[:n], cpu_mask.numpy().view(_np.uint8))
+        else:
+            slot.host[:n].copy_(cpu_mask)
+        side = state.copy_stream
+        if side is None:
             slot.dev[:n].copy_(slot.host[:n], non_blocking=True)
-        if slot.copied is None:
-            slot.copied = torch.cuda.Event()
-        slot.copied.record(side)
-        stream.wait_event(slot.copied)
-    return Staged(slot.dev, state.programs, slot, stream)
+        else:
+            if slot.fresh:  # see _Slot: once per allocation, on the device
+                side.wait_stream(stream)
+            with torch.cuda.stream(side):
+                slot.dev[:n].copy_(slot.host[:n], non_blocking=True)
+            if slot.copied is None:
+                slot.copied = torch.cuda.Event()
+            slot.copied.record(side)
+            stream.wait_event(slot.copied)
+        slot.fresh = False
+    except BaseException:
+        release(staged)  # after whatever was enqueued: never handed out while in use
+        raise
+    return staged
 
 
 def release(staged: Staged) -> None:

@@ -158,6 +158,7 @@ def test_a_free_slot_too_small_is_replaced_a_busy_one_is_not():
     again = ring.take(cap * 4)
     assert again.host.numel() >= cap * 4 and again.dev.numel() >= cap * 4
     assert small not in ring.slots and again.event is small.event, "the event is kept"
+    assert again.fresh, "a new device buffer must be marked fresh (its first copy waits)"
 
 
 def test_cache_key_separates_devices_and_streams():
