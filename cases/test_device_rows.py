@@ -320,3 +320,31 @@ def test_a_merge_on_another_device_than_the_current_one():
     assert any(key[0] == 1 for key in device_rows.cached_states())
     with syncguard.allow("test: compare"):
         assert torch.equal(bits(x.cpu()), bits(ref))
+
+
+@pytest.mark.gpu
+@needs_cuda_triton
+@pytest.mark.parametrize("deterministic", [False, True], ids=["default", "deterministic"])
+def test_a_fresh_slot_is_written_after_the_streams_earlier_work(deterministic):
+    """A new stream gets new slots. Its device buffers come from the allocator in the stream's
+    order and, in deterministic mode, are filled by a kernel queued there, behind ~100 ms of
+    sleep: the side-stream copy of the mask must wait for them, or the fill lands on the mask
+    (and the merge writes the wrong rows)."""
+    from syncguard.strategies import deterministic_algorithms
+
+    with syncguard.allow("test setup"):
+        fresh = torch.cuda.Stream()
+        mask = torch.tensor([1, 1, 0, 1, 0, 0, 1, 0] * 128, dtype=torch.bool)
+        x = torch.randn(1024, 48, device="cuda")
+        mm = torch.randn(int(mask.sum()), 48, device="cuda")
+        ref = reference_merge(x, mask, mm)
+        _merge()(torch.zeros(8, 48, device="cuda"), torch.ones(8, dtype=torch.bool),
+                 torch.zeros(8, 48, device="cuda"))  # compile on the default stream
+        torch.cuda.synchronize()
+    fresh.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(fresh), deterministic_algorithms(deterministic), syncguard.forbid():
+        torch.cuda._sleep(int(2e8))
+        _merge()(x, mask, mm)
+    torch.cuda.current_stream().wait_stream(fresh)
+    with syncguard.allow("test: compare"):
+        assert torch.equal(bits(x.cpu()), bits(ref))
