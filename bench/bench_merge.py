@@ -6,7 +6,8 @@ Per variant and size (default 8192x4096 and 131072x8192 bf16, half the tokens mu
 1024-token runs): the median of many CUDA-event-timed calls after a warm-up, the median of
 ``dst.copy_(src)`` for the multimodal rows alone (the floor any merge can reach), their ratio,
 and the peak device memory the merge allocates beyond its inputs. ``--sweep`` also times the
-Triton kernel under other tile shapes, to tune ``cases.merge.triton_config``.
+Triton kernels alone under other tile shapes (``cases.merge.triton_config``) and program counts
+(``cases.device_rows.device_rows_config``), to tune them.
 
 Prints a table and writes JSON (``schema_version`` 1). Numbers are recorded, never asserted.
 
@@ -19,6 +20,13 @@ overlaps as it does inside a model step and only a wait shows), and **host time*
 microseconds per call. Each is the median of ``--reps`` calls, repeated for ``--rounds`` rounds;
 the band is the spread of the round medians, so a change smaller than the band is noise. The
 plain copy of the same bytes is measured the same way in the same rounds.
+
+    python bench/bench_merge.py --host-phases --out $OUT/merge-host-phases.json
+
+``--host-phases`` tests where the host time of the two Triton variants goes (the hypothesis in
+``cases.merge.merge_triton_device_rows``'s docstring): host microseconds of each step alone
+(checks, row finding or mask staging, the H2D copy, the kernel launch) and of the whole call,
+the GPU kept busy as in ``--split``, median of ``--reps`` calls per round over ``--rounds``.
 """
 from __future__ import annotations
 
@@ -40,6 +48,8 @@ SPLIT_SIZES = ((2048, 2048), (8192, 4096), (32768, 4096), (131072, 8192))
 SWEEP = [{}] + [dict(block_h=b, rows_per_program=r, num_warps=w)
                 for b, r, w in ((512, 8, 4), (1024, 2, 4), (1024, 8, 8), (2048, 2, 4),
                                 (2048, 4, 8), (4096, 2, 8), (4096, 4, 8), (8192, 2, 8))]
+# triton_device_rows, kernel only (mask already on the device): programs aimed at ({} = 4 per SM)
+SWEEP_DEVICE_ROWS = [{}] + [{"programs": p} for p in (132, 264, 1056, 2112, 4224)]
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -65,11 +75,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", action="store_true",
                     help="device time and host time apart, with a noise band (see above)")
     ap.add_argument("--rounds", type=int, default=5, help="--split: rounds per measurement")
+    ap.add_argument("--device-rows-same-stream", action="store_true",
+                    help="triton_device_rows copies the mask on the merge's own stream instead "
+                         "of a side stream (cases.device_rows.COPY_ON_SIDE_STREAM)")
+    ap.add_argument("--host-phases", action="store_true",
+                    help="host us of each step of the Triton variants (see above)")
     args = ap.parse_args(argv)
 
     import torch
 
+    from cases import device_rows
     from cases.merge import VARIANTS, measure_merge, triton_available
+
+    if args.device_rows_same_stream:  # before the first call: the choice is cached per stream
+        device_rows.COPY_ON_SIDE_STREAM = False
 
     if not torch.cuda.is_available():
         print("bench_merge: CUDA is not available; nothing to measure", file=sys.stderr)
@@ -85,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     has_triton = triton_available()
+    if args.host_phases:
+        return _host_phases_main(args, dtype, has_triton)
     if args.split:
         return _split_main(args, names, dtype, has_triton)
     rows, skipped, sweep = [], [], []
@@ -106,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
                 sweep.append(m)
                 _print_row(m, tag=f" kernel only {m['triton_config']}")
             torch.cuda.empty_cache()
+        if args.sweep and has_triton and "triton_device_rows" in names:
+            for cfg in SWEEP_DEVICE_ROWS:
+                m = measure_merge("triton_device_rows", tokens, hidden, dtype=dtype,
+                                  warmup=args.warmup, reps=args.reps, triton_overrides=cfg)
+                sweep.append(m)
+                _print_row(m, tag=f" kernel only {m['triton_config']}")
+            torch.cuda.empty_cache()
     doc = {
         "schema_version": 1, "kind": "syncguard-merge-bench",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -113,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                         "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),
                         "triton": _triton_version()},
         "options": {"dtype": args.dtype, "warmup": args.warmup, "reps": args.reps,
+                    "device_rows_copy": _copy_stream(),
                     "sizes": [f"{t}x{h}" for t, h in (args.size or SIZES)]},
         "results": rows, "skipped": skipped, "triton_sweep": sweep,
     }
@@ -234,10 +263,98 @@ def _split_main(args, names, dtype, has_triton) -> int:
                            "python": platform.python_version(), "triton": _triton_version()},
            "options": {"dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup,
                        "reps": min(args.reps, 20), "rounds": args.rounds,
+                       "device_rows_copy": _copy_stream(),
                        "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
            "results": rows, "skipped": skipped}
     _write(doc, args.out)
     return 0
+
+
+def host_phases(tokens: int, hidden: int, *, dtype, reps: int, rounds: int) -> list[dict]:
+    """Host us per step of ``triton_row_scatter`` and ``triton_device_rows``, each step timed
+    alone behind a sleep kernel (inputs of a step prepared once, outside its timing)."""
+    import torch
+
+    from cases import device_rows
+    from cases.merge import (VARIANTS, _check_args, _count_slots, _host_rows,
+                             flatten_embeddings, representative_inputs, row_scatter)
+
+    x, mask, mm = representative_inputs("triton_row_scatter", tokens, hidden, dtype=dtype)
+    dev = x.device
+    rows = _host_rows("bench", mask, mm, pinned=True, index_dtype=torch.int32)
+    rows_dev = rows.to(dev)
+    kernel = device_rows.kernel()
+    staged = device_rows.stage(mask, dev)
+    device_rows.release(staged)  # its device bytes stay valid: the launch step reuses them
+
+    def checks():
+        _check_args("bench", x, mask, "cpu")
+        flatten_embeddings(mm, x, "bench")
+
+    steps = {
+        "triton_row_scatter": {
+            "checks + flatten": checks,
+            "host rows (flatnonzero, pinned int32)":
+                lambda: _host_rows("bench", mask, mm, pinned=True, index_dtype=torch.int32),
+            "H2D rows": lambda: rows.to(dev, non_blocking=True),
+            "launch (config, views, Triton)": lambda: row_scatter(mm, rows_dev, x),
+            "whole call": lambda: VARIANTS["triton_row_scatter"].fn(x, mask, mm)},
+        "triton_device_rows": {
+            "checks + flatten": checks,
+            "count slots": lambda: _count_slots(mask),
+            "stage mask + H2D + release (ring, memcpy, copy, events)":
+                lambda: device_rows.release(device_rows.stage(mask, dev)),
+            "launch (config, views, Triton)":
+                lambda: device_rows.launch(kernel, mm, staged.mask, x, staged.programs),
+            "whole call": lambda: VARIANTS["triton_device_rows"].fn(x, mask, mm)},
+    }
+    out = []
+    for variant, phases in steps.items():
+        for fn in phases.values():  # warm: compile, first pinned blocks
+            fn()
+        torch.cuda.synchronize()
+        for phase, fn in phases.items():
+            medians = [_round_medians(fn, int(2e-3 * 2e9), reps)[1] for _ in range(rounds)]
+            out.append({"variant": variant, "phase": phase, "tokens": tokens, "hidden": hidden,
+                        "host_us": _band(medians, 1)})
+            print(f"  {variant:<20} {tokens}x{hidden} {phase:<46} "
+                  f"{out[-1]['host_us']['median']:8.1f} us", flush=True)
+    return out
+
+
+def _host_phases_main(args, dtype, has_triton) -> int:
+    import torch
+
+    if not has_triton:
+        print("bench_merge: --host-phases needs triton", file=sys.stderr)
+        return 2
+    rows, skipped = [], []
+    for tokens, hidden in args.size or SPLIT_SIZES:
+        try:
+            rows += host_phases(tokens, hidden, dtype=dtype, reps=min(args.reps, 50),
+                                rounds=args.rounds)
+        except Exception as e:  # noqa: BLE001 - one failing size must not lose the others
+            skipped.append({"size": f"{tokens}x{hidden}",
+                            "reason": f"{type(e).__name__}: {e}"[:300]})
+        torch.cuda.empty_cache()
+    doc = {"schema_version": 1, "kind": "syncguard-merge-host-phases",
+           "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+                           "gpu": torch.cuda.get_device_name(0),
+                           "python": platform.python_version(), "triton": _triton_version()},
+           "options": {"dtype": str(dtype).replace("torch.", ""), "reps": min(args.reps, 50),
+                       "rounds": args.rounds, "device_rows_copy": _copy_stream(),
+                       "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
+           "results": rows, "skipped": skipped}
+    _write(doc, args.out)
+    return 0
+
+
+def _copy_stream() -> str:
+    """Where triton_device_rows copied its mask in this run."""
+    from cases import device_rows
+
+    return "side stream" if device_rows.COPY_ON_SIDE_STREAM else "same stream"
 
 
 def _triton_version() -> str | None:

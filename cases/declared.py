@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 VARIANT_NAMES = ("index_put_cpu_mask", "masked_scatter", "index_put_gpu_mask", "index_copy_rows",
-                 "triton_row_scatter")
+                 "triton_row_scatter", "triton_device_rows")
 
 
 def major_minor(torch_version: Any) -> tuple[int, int]:
@@ -69,6 +69,8 @@ DECLARED_SYNCS: dict[str, tuple[tuple[tuple[int, int], frozenset | None], ...]] 
     "index_put_gpu_mask": (((0, 0), _NONZERO),),
     "index_copy_rows": (((0, 0), None),),
     "triton_row_scatter": (((0, 0), None),),
+    # by design (cases/device_rows.py): one pinned H2D copy, cudaEventQuery/Record, one kernel
+    "triton_device_rows": (((0, 0), None),),
 }
 
 #: Overrides under ``torch.use_deterministic_algorithms(True)`` (same shape). Measured on the
@@ -138,6 +140,9 @@ DECLARED_WAITS: dict[str, tuple[tuple[tuple[int, int], Waits], ...]] = {
     ),
     "index_copy_rows": (((0, 0), Waits({}, _NONE_MEASURED)),),
     "triton_row_scatter": (((0, 0), Waits({}, _NONE_MEASURED)),),
+    "triton_device_rows": (((0, 0), Waits({}, "NOT MEASURED: 0 by design (no host read of "
+                                               "device data; staging slots reused after "
+                                               "cudaEventQuery, which never waits)")),),
 }
 
 _DET_NOT_AT_SIZE = ("measured at 8x4 float16 on the H200, torch 2.8.0, 2.11.0, 2.14.1 "
@@ -201,6 +206,8 @@ def _f8(level: str) -> dict[str, str]:
 
 
 _CPU_213 = "probed on CPU, torch 2.13.0 (4-token and one-element examples, both modes)"
+_CUDA_DESIGN = ("NOT MEASURED: yes for every dtype by design (the kernel copies bits as "
+                "same-width integers, as triton_row_scatter's, measured there)")
 _CUDA_SRC = ("probed on the H200, torch 2.11.0+cu130 (reports/probes/dev-0e03fdf/cases.log: every "
              "entry agreed but the CPU-mask put, which runs float8 one-element values on CUDA)")
 
@@ -223,6 +230,9 @@ for _det in (False, True):
         ("cuda", "index_copy_rows", _det): (((0, 0), DtypeSupport(_f8(YES if _det else NO), _CUDA_SRC)),),
         # the Triton kernel copies bits as same-width integers: every dtype
         ("cuda", "triton_row_scatter", _det): (((0, 0), DtypeSupport(_f8(YES), _CUDA_SRC)),),
+        # CPU fallback: the row map, then a bit copy through same-width integer views
+        ("cpu", "triton_device_rows", _det): (((0, 0), DtypeSupport(_f8(YES), _CPU_213)),),
+        ("cuda", "triton_device_rows", _det): (((0, 0), DtypeSupport(_f8(YES), _CUDA_DESIGN)),),
     })
 
 

@@ -16,6 +16,8 @@ its first argument) and differs in where the mask must live and whether the host
 3   ``index_put_gpu_mask``  device       syncs once: ``nonzero`` must learn how many rows
 4   ``index_copy_rows``     CPU          none: rows computed on the host, pinned non-blocking H2D
 5   ``triton_row_scatter``  CPU          none: variant 4's rows + a Triton row-copy kernel
+6   ``triton_device_rows``  CPU          none: the mask staged pinned, rows computed on the
+                                         device inside the Triton scatter kernel
 ==  ======================  ===========  =======================================================
 
 ``multimodal_embeddings`` is a ``(rows, hidden)`` tensor or a sequence of per-item tensors
@@ -27,7 +29,8 @@ or rides on the sync variant 3 makes anyway. Variant 2 cannot count without a sy
 not check; that is the finding its tests record. A mismatch raises ValueError naming both counts
 before anything is written.
 
-Triton is imported only when variant 5 runs on CUDA (it is not installed on CPU machines).
+Triton is imported only when variant 5 or 6 runs on CUDA (it is not installed on CPU machines).
+Variant 6's staging, caches and kernel live in ``cases/device_rows.py``.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ from typing import Any, Callable
 
 import torch
 
+from cases import device_rows
+
 try:
     import numpy as np
 except ImportError:  # torch runs without numpy; the host row search then uses torch
@@ -46,7 +51,8 @@ except ImportError:  # torch runs without numpy; the host row search then uses t
 __all__ = [
     "Variant", "VARIANTS", "canonical_nan",
     "merge_index_put_cpu_mask", "merge_masked_scatter", "merge_index_put_gpu_mask",
-    "merge_index_copy_rows", "merge_triton_row_scatter", "flatten_embeddings",
+    "merge_index_copy_rows", "merge_triton_row_scatter", "merge_triton_device_rows",
+    "flatten_embeddings",
     "reference_merge", "bits", "supports_dtype", "triton_available", "triton_config",
     "representative_inputs", "measure_merge",
 ]
@@ -220,6 +226,61 @@ def merge_triton_row_scatter(inputs_embeds: torch.Tensor, is_multimodal: torch.T
     return inputs_embeds
 
 
+def merge_triton_device_rows(inputs_embeds: torch.Tensor, is_multimodal: torch.Tensor,
+                             multimodal_embeddings: Any) -> torch.Tensor:
+    """6: the CPU mask's bytes go to the device (staged in a reused pinned slot, one
+    non-blocking copy on a side stream) and one Triton kernel computes the rows (a prefix
+    count of the mask)
+    and copies them (``cases/device_rows.py``). The host only counts the mask's slots (for the
+    check) and copies N bytes; it never finds the rows.
+
+    Why, as a hypothesis to be measured (``bench/bench_merge.py --split``; variant 5 spends
+    244 us of host time per call at 131072x8192, H200, torch 2.11.0). Inferred from reading
+    variant 5's path, at 131072 tokens (65536 rows), per call:
+
+    * rows found on the host: ``np.flatnonzero`` over 131072 bools (~50-150 us) and its int64
+      result cast into int32 (~20-50 us): grows with the tokens, and is most of the 244 us;
+    * ``torch.empty(pin_memory=True)`` for the rows (caching host allocator, ~5-20 us) and the
+      non-blocking H2D copy (~5-15 us);
+    * the launch: ``triton_config`` recomputed, two dtype views, ``torch.cuda.device`` entered,
+      Triton's Python launch path (~20-40 us, fixed);
+    * checks and ``flatten_embeddings`` (~3-5 us, shared by every variant).
+
+    Here the size-dependent part is ``np.count_nonzero`` (vectorised, ~5 us) and a 128 KiB
+    memcpy (~5 us); the fixed part is one H2D copy issued on a side stream (a stream switch,
+    two event records, one ``cudaStreamWaitEvent``, one ``cudaEventQuery``: ~10 us), a cached
+    config and the Triton launch, which is then the largest remaining cost: ~40-70 us in all is
+    the guess, so the 25 us goal likely needs a cheaper launch (Triton's compiled-kernel
+    launcher called directly, or a CUDA graph), NOT done here. On the device, the side stream
+    lets the mask copy run while earlier work still occupies the GPU, so the kernel does not
+    wait for it; on the merge's own stream (``device_rows.COPY_ON_SIDE_STREAM = False``) the
+    copy would add ~2 us in line, most visible at 2048x2048. ``--split
+    --device-rows-same-stream`` measures that way too.
+
+    Memory: no temporary per call; each staging slot keeps ``next_pow2(tokens)`` bytes of
+    pinned host memory and as many on the device between calls, one slot per call the host is
+    ahead of the device (so ``peak_extra_bytes``, measured after a warm-up, does not show
+    them: 128 KiB per slot at 131072 tokens).
+
+    CPU tensors take ``device_rows.scatter_cpu``: the same row map computed with torch by the
+    kernel's decomposition, then a bit copy.
+    """
+    name = "triton_device_rows"
+    _check_args(name, inputs_embeds, is_multimodal, "cpu")
+    mm = flatten_embeddings(multimodal_embeddings, inputs_embeds, name)
+    n_slots = _count_slots(is_multimodal)
+    _check_count(name, n_slots, mm.shape[0])
+    if n_slots == 0:
+        return inputs_embeds
+    if inputs_embeds.device.type != "cuda":
+        device_rows.scatter_cpu(mm, is_multimodal, inputs_embeds)
+        return inputs_embeds
+    if not triton_available():
+        raise RuntimeError(f"{name}: needs triton for CUDA tensors, and triton is not installed")
+    device_rows.scatter(mm, is_multimodal, inputs_embeds)
+    return inputs_embeds
+
+
 @dataclass(frozen=True)
 class Variant:
     """A merge implementation and the facts a case needs about it."""
@@ -243,13 +304,19 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             summary="host rows, pinned non-blocking H2D, index_copy_"),
     Variant("triton_row_scatter", merge_triton_row_scatter, "cpu", True,
             needs_triton_on_cuda=True, summary="host rows + Triton row-scatter kernel"),
+    Variant("triton_device_rows", merge_triton_device_rows, "cpu", True,
+            needs_triton_on_cuda=True,
+            summary="CPU mask staged pinned, rows + scatter in one Triton kernel"),
 )}
 
 
 # ---------------------------------------------------------------------------------------------
 # Triton row scatter (the kernel is plain Python until triton is imported on first CUDA use)
 
-tl: Any = None  # triton.language, bound by _load_triton(); the kernel reads it as a global
+# triton.language and the shared tile copy (cases/device_rows.py), bound by _load_triton(); the
+# kernel reads them as globals
+tl: Any = None
+copy_tile: Any = None
 _TRITON: dict[str, Any] = {}
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -266,16 +333,8 @@ def _row_scatter_kernel(src_ptr, rows_ptr, dst_ptr, n_rows, hidden,
     dst_r = tl.load(rows_ptr + r, mask=r_ok, other=0).to(tl.int64)
     src_r = r.to(tl.int64)
     h = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    ok = r_ok[:, None] & (h < hidden)[None, :]
-    if UNIT_H:
-        src_off = src_r[:, None] * src_stride_r + h[None, :]
-        dst_off = dst_r[:, None] * dst_stride_r + h[None, :]
-    else:
-        h64 = h.to(tl.int64)
-        src_off = src_r[:, None] * src_stride_r + h64[None, :] * src_stride_h
-        dst_off = dst_r[:, None] * dst_stride_r + h64[None, :] * dst_stride_h
-    vals = tl.load(src_ptr + src_off, mask=ok)
-    tl.store(dst_ptr + dst_off, vals, mask=ok)
+    copy_tile(src_ptr, dst_ptr, src_r, dst_r, h, r_ok[:, None] & (h < hidden)[None, :],
+              src_stride_r, src_stride_h, dst_stride_r, dst_stride_h, UNIT_H)
 
 
 def triton_available() -> bool:
@@ -288,18 +347,8 @@ def triton_available() -> bool:
 
 def _load_triton():
     if not _TRITON:
-        import triton
-        import triton.language as language
-
-        global tl
-        tl = language
-        _TRITON["triton"] = triton
-        _TRITON["kernel"] = triton.jit(_row_scatter_kernel)
+        _TRITON["triton"], _TRITON["kernel"] = device_rows.jit_with_triton(_row_scatter_kernel)
     return _TRITON["triton"], _TRITON["kernel"]
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def triton_config(hidden: int, element_size: int) -> dict[str, int]:
@@ -307,7 +356,7 @@ def triton_config(hidden: int, element_size: int) -> dict[str, int]:
     columns (no size-1 ``tl.arange``), 8 warps for big tiles. ``bench/bench_merge.py``
     times alternatives side by side (``--sweep``)."""
     tile = 16384 // element_size
-    block_h = min(max(16, _next_pow2(hidden)), tile // 2)
+    block_h = min(max(16, device_rows.next_pow2(hidden)), tile // 2)
     rows = max(2, min(32, tile // block_h))
     num_warps = 8 if block_h * rows * element_size >= 8192 else 4
     return {"block_h": block_h, "rows_per_program": rows, "num_warps": num_warps}
@@ -470,8 +519,9 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
                   device: Any = "cuda", triton_overrides: dict | None = None) -> dict:
     """Median time (CUDA events) of one merge and of a plain copy of the same bytes, their
     ratio, and the peak device memory the merge allocates beyond what it was handed.
-    ``triton_overrides`` (Triton variant only; ``{}`` = default tile) times the kernel alone
-    with the given tile, rows already on the device.
+    ``triton_overrides`` (Triton variants only; ``{}`` = default) times the kernel alone, rows
+    (variant 5, tile keys of ``row_scatter``) or the mask (variant 6, key ``programs``: how
+    many programs ``device_rows_config`` aims at) already on the device.
 
     Host work (the CPU nonzero, pinning) is inside the timed window: when it is longer than
     the GPU work, the GPU waits and the events show it. Recorded, never asserted.
@@ -479,12 +529,20 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
     v = VARIANTS[variant]
     inputs_embeds, mask, mm = representative_inputs(variant, tokens, hidden, dtype=dtype,
                                                     device=device)
-    kernel_only = triton_overrides is not None and variant == "triton_row_scatter"
-    if kernel_only:  # tuning the kernel: rows already on the device, no host work timed
+    kernel_only = triton_overrides is not None and v.needs_triton_on_cuda
+    if kernel_only and variant == "triton_row_scatter":  # rows on the device, no host work
         rows = torch.nonzero(mask).flatten().to(device)
 
         def run():
             row_scatter(mm, rows, inputs_embeds, **triton_overrides)
+    elif kernel_only:  # triton_device_rows: the mask staged once, the kernel alone timed
+        staged = device_rows.stage(mask, inputs_embeds.device)
+        device_rows.release(staged)  # stays valid: nothing else takes slots meanwhile
+        programs = triton_overrides.get("programs", staged.programs)
+        jitted = device_rows.kernel()
+
+        def run():
+            device_rows.launch(jitted, mm, staged.mask, inputs_embeds, programs)
     else:
         def run():
             v.fn(inputs_embeds, mask, mm)
@@ -506,5 +564,11 @@ def measure_merge(variant: str, tokens: int, hidden: int, *,
     if variant == "triton_row_scatter":
         out["triton_config"] = dict(triton_config(hidden, mm.element_size()),
                                     **(triton_overrides or {}))
+        out["kernel_only"] = kernel_only
+    elif variant == "triton_device_rows":
+        sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+        programs = (triton_overrides or {}).get("programs", 4 * sms)
+        cfg = device_rows.device_rows_config(tokens, hidden, mm.element_size(), programs)
+        out["triton_config"] = dict(vars(cfg), programs=programs)
         out["kernel_only"] = kernel_only
     return out

@@ -11,8 +11,8 @@ Test code that has to sync (building examples on the device, copying results bac
 timing) runs inside ``syncguard.allow(...)`` with a reason, so the audit of a whole test under
 ``pytest --syncguard`` blames only the merge.
 
-Without CUDA the variants run on CPU tensors (variant 5 then takes its CPU fallback, so only
-its validation and fallback are tested here); audits, declared-sync rows and measurements skip.
+Without CUDA the variants run on CPU tensors (variants 5 and 6 then take their CPU fallbacks, so only
+their validation and fallbacks are tested here); audits, declared-sync rows and measurements skip.
 """
 from __future__ import annotations
 
@@ -370,7 +370,8 @@ def test_declarations_are_data_per_torch_version():
     assert expected_syncs("index_put_cpu_mask", "2.9.0a0+gitabc") is None
     assert expected_syncs("index_put_cpu_mask", "2.11.0+cu130") is None
     assert expected_syncs("index_put_gpu_mask", "2.14.1") >= {"blocking_copy_d2h"}
-    for name in ("masked_scatter", "index_copy_rows", "triton_row_scatter"):
+    for name in ("masked_scatter", "index_copy_rows", "triton_row_scatter",
+                 "triton_device_rows"):
         for version in ("2.8.0", "2.11.0", "2.14.1"):
             assert expected_syncs(name, version) is None
             assert expected_syncs(name, version, deterministic=True) is None

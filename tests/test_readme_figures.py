@@ -41,6 +41,27 @@ def test_a_drifted_figure_is_caught():
     assert drifted != text and figures.render(drifted) == text
 
 
+def test_a_variant_missing_from_the_evidence_is_left_out_not_a_failure():
+    """A variant added after the committed run (triton_device_rows) has a label but no rows:
+    the table skips it. One measured at some sizes only shows "–" where it was not."""
+    figures = _figures()
+    bench = json.loads((ROOT / "reports/gpu/2.11.0/merge-split-2.11.0.json").read_text())
+    assert "triton_device_rows" in figures._LABELS
+    assert all(r["variant"] != "triton_device_rows" for r in bench["results"])
+    table = figures.merge_table(bench)
+    assert figures._LABELS["triton_device_rows"] not in table
+    assert "| fused Triton row scatter |" in table
+    partial = dict(bench, results=[r for r in bench["results"]
+                                   if not (r["variant"] == "masked_scatter" and r["tokens"] in
+                                           (2048, 131072))])
+    line = next(x for x in figures.merge_table(partial).splitlines()
+                if x.startswith("| `masked_scatter_` (CUDA mask) |"))
+    # label | 2048x2048 | 8192x4096 | 32768x4096 | 131072x8192 | host µs | peak | waits
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == cells[4] == cells[5] == cells[6] == "–", cells
+    assert "–" not in (cells[2], cells[3], cells[7]), cells
+
+
 def _row() -> dict:
     bench = json.loads((ROOT / "reports/gpu/2.11.0/merge-split-2.11.0.json").read_text())
     return next(r for r in bench["results"]

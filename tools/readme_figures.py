@@ -27,6 +27,7 @@ _LABELS = {
     "index_put_gpu_mask": "`index_put` with a CUDA mask",
     "index_copy_rows": "`index_copy_` with host-computed rows",
     "triton_row_scatter": "fused Triton row scatter",
+    "triton_device_rows": "Triton scatter, rows computed on the device",
 }
 #: the overhead configurations the README shows, in the benchmark's words, and how it names them
 _DETECTOR_ROWS = (("audit(cuda) pointer", "`cuda` (CUPTI; host memory by pointer: `auto`'s choice)"),
@@ -64,11 +65,14 @@ def _syncs(variant: str) -> str:
     return "; ".join(parts)
 
 
-def merge_table() -> str:
+def merge_table(data: dict | None = None) -> str:
     """Device time (the GPU kept busy ahead of the merge, so only a wait shows) as a multiple of a
     plain copy of the same bytes, with its band over rounds, at every size; host time per call
-    and peak extra memory at the largest size (bench/bench_merge.py --split)."""
-    data = json.loads(MERGE_SPLIT.read_text())
+    and peak extra memory at the largest size (bench/bench_merge.py --split).
+
+    A variant the evidence has no row for (one added after the run) is left out, and a size it
+    was not measured at shows "–": the table shows what was measured, never a blank filled in."""
+    data = json.loads(MERGE_SPLIT.read_text()) if data is None else data
     rows = {(r["variant"], r["tokens"], r["hidden"]): r for r in data["results"]}
     sizes = sorted({(t, h) for _, t, h in rows}, key=lambda s: s[0] * s[1])
     env, opt = data["environment"], data["options"]
@@ -80,14 +84,18 @@ def merge_table() -> str:
            + f" | host µs per call, {HOST_SIZE[0]}×{HOST_SIZE[1]} | peak extra memory | "
            "host waits per call (declared, `cases/declared.py`) |",
            "|---" * (len(sizes) + 4) + "|"]
+    measured = {v for v, _, _ in rows}
     for variant, label in _LABELS.items():
+        if variant not in measured:
+            continue
         cells = []
         for t, h in sizes:
-            x = rows[(variant, t, h)]["device_x_copy"]
-            cells.append(f"{x['median']:.2f}× ({x['min']:.2f}–{x['max']:.2f})")
-        big = rows[(variant, *HOST_SIZE)]
-        out.append(f"| {label} | " + " | ".join(cells) + f" | {big['host_us']['median']:.1f} | "
-                   f"{_bytes(big['peak_extra_bytes'])} | {_syncs(variant)} |")
+            x = rows[(variant, t, h)]["device_x_copy"] if (variant, t, h) in rows else None
+            cells.append(f"{x['median']:.2f}× ({x['min']:.2f}–{x['max']:.2f})" if x else "–")
+        big = rows.get((variant, *HOST_SIZE))
+        host = (f"{big['host_us']['median']:.1f} | {_bytes(big['peak_extra_bytes'])}" if big
+                else "– | –")
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {host} | {_syncs(variant)} |")
     return "\n".join(out)
 
 

@@ -683,7 +683,7 @@ def _merge_snippet(variant: str, deterministic: bool) -> None:
 
 
 for _v in ("index_put_cpu_mask", "masked_scatter", "index_put_gpu_mask", "index_copy_rows",
-           "triton_row_scatter"):
+           "triton_row_scatter", "triton_device_rows"):
     for _det in (False, True):
         _merge_snippet(_v, _det)
 
