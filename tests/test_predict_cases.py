@@ -6,7 +6,6 @@ runs."""
 from __future__ import annotations
 
 import inspect
-import json
 import os
 
 import pytest
@@ -15,15 +14,15 @@ from cases import merge
 from syncguard.events import SyncError
 from syncguard.predict import predicting
 from syncguard.predict.calibrate import calibrate_cases
+from syncguard.predict.derive import measured_kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSIONS = ("2.8.0", "2.11.0", "2.14.1")
 
 
 def measured(snippet: str, version: str = "2.14.1") -> list[str]:
-    with open(os.path.join(ROOT, "reports", "gpu", version, f"corpus-{version}.json")) as f:
-        data = json.load(f)
-    return [e["kind"] for e in next(s for s in data["snippets"] if s["snippet"] == snippet)["all"]]
+    """Kinds the committed H200 run's ground truth measured for a corpus snippet."""
+    return measured_kinds(ROOT, version, f"corpus/{snippet}")
 
 
 def _session_report(version: str) -> str:

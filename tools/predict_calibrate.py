@@ -37,13 +37,18 @@ def not_runnable(snip: dict, crashed: str) -> bool:
 
 
 def calibrate(target: str, table, runs, snippets, states) -> tuple[list, list]:
-    from syncguard.predict.calibrate import calibrate_held_out, calibrate_suite, nearest_run
+    from syncguard.predict.calibrate import (Calibration, calibrate_held_out, calibrate_suite,
+                                             nearest_run)
     from syncguard.predict.derive import observe, run_snippets
 
     ran = run_snippets(snippets, states, table, target)
     nearest = {s: nearest_run([r for r in runs if r.has(s)], target, table) for s in SUITES}
     cals = [calibrate_suite(s, snippets, ran, nearest[s], target, ROOT, not_runnable)
             for s in SUITES]
+    total = Calibration("all three suites together", target,
+                        ", ".join(sorted({c.reference for c in cals})))
+    total.rows = [r for c in cals for r in c.rows]
+    cals.append(total)
     calls, crashed = observe(snippets, states)
     cals.append(calibrate_held_out(snippets, calls, runs, lambda snip: nearest[snip["corpus"]],
                                    target, ROOT, not_runnable, crashed))
@@ -101,6 +106,8 @@ def main() -> int:
     lines += ["", "## Disagreements and what the predictor could not run", ""]
     seen = False
     for c in cals + per_version:
+        if c.suite == "all three suites together":
+            continue  # its rows are listed under their suites
         for r in c.rows:
             d = r.disagreement()
             if d:

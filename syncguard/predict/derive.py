@@ -31,7 +31,7 @@ from .engine import Observation
 from .rules import RuleTable, fact_key, version_tuple
 
 __all__ = ["CorpusRun", "Ran", "Derivation", "RUNS_DIR", "CAPTURE_WHY", "load_runs",
-           "run_snippets", "observe", "derive", "normalise_op", "measured_events", "at_call"]
+           "run_snippets", "observe", "derive", "normalise_op", "measured_events", "measured_kinds", "at_call"]
 
 #: where the committed GPU runs the table is learned from live (relative to the project root)
 RUNS_DIR = os.path.join("reports", "atlas-runs")
@@ -94,6 +94,16 @@ def measured_events(record: dict) -> list[dict] | None:
         return None
     return [{"kind": w["kind"], "api": w["api"], "op": normalise_op(w.get("op")),
              "line": record.get("line")} for w in truth.get("waits", [])]
+
+
+def measured_kinds(root: str, torch_version: str, snippet_id: str) -> list[str]:
+    """The kinds (sorted) the committed run of ``torch_version`` measured for one snippet: the
+    expected values of tests, read from the GPU's ground truth, never from the predictor."""
+    run = {r.torch: r for r in load_runs(root)}[torch_version]
+    events = measured_events(run.snippets[snippet_id])
+    if events is None:
+        raise ValueError(f"{run.path} could not measure {snippet_id}")
+    return sorted(e["kind"] for e in events)
 
 
 def at_call(filename: str | None, lineno: int | None, stack: Iterable[str], snip: dict) -> bool:
