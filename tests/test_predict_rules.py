@@ -93,7 +93,8 @@ def _snip(name, line):
 
 def _truth(*ops):
     return {"error": None, "line": 0, "truth": {"ok": True, "waits": [
-        {"kind": "blocking_copy_d2h", "api": "cudaStreamSynchronize", "op": op} for op in ops]}}
+        {"kind": "blocking_copy_d2h", "api": "cudaMemcpyAsync+cudaStreamSynchronize", "op": op}
+        for op in ops]}}
 
 
 def test_two_runs_of_one_torch_disagreeing_on_a_key_is_a_conflict():

@@ -88,11 +88,13 @@ def load_runs(root: str) -> list[CorpusRun]:
 
 def measured_events(record: dict) -> list[dict] | None:
     """The snippet's waits as the run's ground truth measured them, each at the snippet's call
-    line; None when the run could not measure the snippet (it raised, or the trace failed)."""
+    line (the trace does not say which line of the call waited); None when the run could not measure the snippet (it raised, or the trace failed)."""
     truth = record.get("truth") or {}
     if record.get("error") or not truth.get("ok"):
         return None
-    return [{"kind": w["kind"], "api": w["api"], "op": normalise_op(w.get("op")),
+    # the trace names a blocking copy "cudaMemcpyAsync+cudaStreamSynchronize"; a predicted
+    # event names the call that waits, as syncguard's detectors (and allow()/declared syncs) do
+    return [{"kind": w["kind"], "api": w["api"].split("+")[-1], "op": normalise_op(w.get("op")),
              "line": record.get("line")} for w in truth.get("waits", [])]
 
 
