@@ -132,3 +132,24 @@ def test_a_call_made_below_the_snippets_line_is_attributed_to_it():
     rule = d.table.rules["aten::index_put_[mask=cuda]"]["torch"]["2.11.0"]
     assert rule["syncs"] == [{"kind": "blocking_copy_d2h", "api": "cudaStreamSynchronize",
                               "via": "aten::nonzero"}]
+
+
+def test_the_readme_quotes_the_committed_calibration():
+    """README's prediction figures are the committed calibration's, not typed from memory."""
+    import json
+
+    with open(os.path.join(ROOT, "reports", "predict", "calibration.json")) as f:
+        nearest = {c["stats"]["suite"]: c["stats"] for c in json.load(f)["nearest"]}
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = " ".join(f.read().split())
+
+    def pct(pair):
+        return f"{pair[0]}/{pair[1]} ({100.0 * pair[0] / pair[1]:.1f}%)"
+
+    total = nearest["all three suites together"]
+    held = nearest["all suites, each snippet held out of the rules"]
+    assert f"whether it syncs {pct(total['whether'])}" in readme
+    assert f"exact kind {pct(total['kind'])}" in readme
+    assert f"line {total['line'][0]}/{total['line'][1]} (100%)" in readme
+    assert f"{total['crashes']} crashes" in readme
+    assert f"Held out (each snippet's rules derived without it): {pct(held['whether'])}" in readme
