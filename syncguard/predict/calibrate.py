@@ -1,9 +1,11 @@
 """Calibration: predictions made on the CPU against syncs measured on the H200.
 
-Agreement is counted per snippet (corpus) or per merge variant (cases): whether it syncs, the
-exact kinds (as a multiset), the line of every sync, crashes of code that runs on the CPU, and
-calls the predictor could not model. The reference run is the committed one of the torch
-version nearest to the predicted one; every disagreement is listed with what each side saw.
+Agreement is counted per snippet of the GPU runner's suites (corpus, library corpus, cases
+corpus; the runs' ground truth) or per merge variant of a cases/ session report: whether it
+syncs, the exact kinds (as a multiset), the line of every sync, crashes of code that runs on
+the CPU, and calls the predictor could not model. The reference run is the committed one of the
+torch version nearest to the predicted one that measured the suite; every disagreement is
+listed with what each side saw.
 """
 from __future__ import annotations
 
