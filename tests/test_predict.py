@@ -4,7 +4,6 @@ predictor's own table; plumbing checks (labels, restoring torch.cuda) use torch'
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import threading
 
@@ -13,17 +12,15 @@ import torch
 
 from syncguard.events import SyncError
 from syncguard.predict import CudaStandIn, predicting
+from syncguard.predict.derive import measured_kinds
 from syncguard.predict.rules import RuleTable, load_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def measured(version: str, snippet: str) -> list[str]:
-    """Kinds the H200 run of ``version`` measured for a corpus snippet (all detectors)."""
-    with open(os.path.join(ROOT, "reports", "gpu", version, f"corpus-{version}.json")) as f:
-        data = json.load(f)
-    record = next(s for s in data["snippets"] if s["snippet"] == snippet)
-    return sorted(e["kind"] for e in record["all"])
+    """Kinds the committed H200 run's ground truth measured for a corpus snippet."""
+    return measured_kinds(ROOT, version, f"corpus/{snippet}")
 
 
 def here() -> int:

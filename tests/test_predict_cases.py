@@ -6,7 +6,6 @@ runs."""
 from __future__ import annotations
 
 import inspect
-import json
 import os
 
 import pytest
@@ -15,15 +14,15 @@ from cases import merge
 from syncguard.events import SyncError
 from syncguard.predict import predicting
 from syncguard.predict.calibrate import calibrate_cases
+from syncguard.predict.derive import measured_kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSIONS = ("2.8.0", "2.11.0", "2.14.1")
 
 
 def measured(snippet: str, version: str = "2.14.1") -> list[str]:
-    with open(os.path.join(ROOT, "reports", "gpu", version, f"corpus-{version}.json")) as f:
-        data = json.load(f)
-    return [e["kind"] for e in next(s for s in data["snippets"] if s["snippet"] == snippet)["all"]]
+    """Kinds the committed H200 run's ground truth measured for a corpus snippet."""
+    return measured_kinds(ROOT, version, f"corpus/{snippet}")
 
 
 def _session_report(version: str) -> str:
@@ -97,3 +96,65 @@ def test_a_mutated_variant_is_predicted_to_sync_and_fails_the_gate(mutation, tmp
     assert all(e.detectors == ("predict",) for e in p.syncs)
     with pytest.raises(SyncError):
         p.raise_if_syncs()
+
+
+# ---------------------------------------------------------------------------------------------
+# The issue's mutation against CPU CI's own command (.ci/run: cases/ under prediction, fail mode)
+
+CI_ARGS = ["--syncguard", "--syncguard-predict", "--syncguard-mode=fail"]
+CI_MUTANTS = {
+    "item_and_mask_on_the_device": '    if int(is_multimodal.to(inputs_embeds.device).sum()'
+                                   '.item()) < 0:  # MUTANT\n        raise ValueError(name)\n',
+    "item_only": "    if inputs_embeds.sum().item() is None:  # MUTANT\n        raise ValueError(name)\n",
+}
+
+
+def _ci_run(tree, node: str):
+    """CPU CI's cases/ command on ``tree``'s copy of cases/ (syncguard from this checkout)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), ROOT]), "CI": "true"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:randomly", node, *CI_ARGS], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _copy_cases(tree):
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "cases"), tree / "cases",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tree / "pyproject.toml")
+
+
+CI_NODE = "cases/test_merge.py::test_declared_sync[index_copy_rows-default]"
+
+
+@pytest.fixture(scope="module")
+def unmutated_passes_cpu_ci(tmp_path_factory):
+    tree = tmp_path_factory.mktemp("base")
+    _copy_cases(tree)
+    base = _ci_run(tree, CI_NODE)
+    assert base.returncode == 0, base.stdout[-3000:]
+
+
+@pytest.mark.parametrize("mutant", CI_MUTANTS)
+def test_cpu_ci_fails_when_a_merge_variant_is_made_to_sync(mutant, tmp_path,
+                                                            unmutated_passes_cpu_ci):
+    """issue 17's experiment: ``index_copy_rows`` (sync-free on the H200) changed to call
+    ``.item()`` (and to move its mask to the device). CPU CI's cases/ step, unchanged, passes on
+    the unmutated copy (the fixture) and fails on the mutant, naming the predicted sync at the
+    mutant's line. cases/ is copied; the checkout's own files are never edited."""
+    _copy_cases(tmp_path)
+    path = tmp_path / "cases" / "merge.py"
+    text = path.read_text()
+    anchor = '    name = "index_copy_rows"\n'
+    assert text.count(anchor) == 1
+    path.write_text(text.replace(anchor, anchor + CI_MUTANTS[mutant]))
+    line = text[:text.index(anchor)].count("\n") + 2  # the mutant's first line
+    out = _ci_run(tmp_path, CI_NODE)
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert f"merge.py:{line}" in out.stdout and "blocking_copy_d2h" in out.stdout, \
+        out.stdout[-3000:]
+    assert "seen by predict" in out.stdout

@@ -6,8 +6,9 @@
 #
 #   tools/mutation_experiment.sh [LOG]      # default LOG: reports/<cpu|gpu>/mutation-<torch>.log
 #
-# On a CPU machine the sync mutants are not caught (a CPU run checks no sync): there the log says
-# so and only the dtype mutant counts. Run it on the GPU for the sync mutants.
+# On a CPU machine the sync mutants are caught by prediction (issue 17): each tree also runs
+# cases/test_merge.py -k test_declared_sync under CPU CI's flags (--syncguard --syncguard-predict
+# --syncguard-mode=fail, as .ci/run does); on the GPU they are measured.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python}
@@ -23,6 +24,7 @@ trap 'rm -rf "$WORK"' EXIT
 MUTANTS=(
   "drop-bf16|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if inputs_embeds.dtype == torch.bfloat16:  # MUTANT\n        raise NotImplementedError('\"index_copy\" not implemented for \\\\'BFloat16\\\\'')\n"
   "clean-variant-syncs|cases/merge.py|    inputs_embeds.index_copy_(0, rows, mm)\n|    inputs_embeds.index_copy_(0, rows, mm)\n    if on_cuda:  # MUTANT: one host wait more\n        torch.cuda.current_stream().synchronize()\n"
+  "clean-variant-calls-item|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if int(is_multimodal.to(inputs_embeds.device).sum().item()) < 0:  # MUTANT: issue 17's\n        raise ValueError(name)\n"
   "syncing-variant-syncs-more|cases/merge.py|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n    if rows.is_cuda:  # MUTANT: a second wait\n        torch.cuda.current_stream().synchronize()\n"
 )
 SELECT=(
@@ -30,7 +32,7 @@ SELECT=(
 )
 # the variant each mutant touches: only its tests run for that mutant (on the H200 the whole
 # selection took over 3 minutes per tree, and the lease ended before the last mutants ran)
-VARIANTS=(index_copy_rows index_copy_rows index_put_gpu_mask)
+VARIANTS=(index_copy_rows index_copy_rows index_copy_rows index_put_gpu_mask)  # one per MUTANTS entry
 
 # The plugin comes from an installed syncguard's entry point, or is named with -p: never both.
 PLUGIN=$("$PY" -c 'import importlib.metadata as md
@@ -43,6 +45,13 @@ run_case() {  # tree variant-expression
   # shellcheck disable=SC2086
   (cd "$1" && PYTHONPATH="$1" "$PY" -m pytest -q -p no:cacheprovider $PLUGIN \
       cases/test_merge.py -k "(${SELECT[0]}) and ($2)" 2>&1 | tail -25)
+  if [ "$CUDA" = 0 ]; then  # CPU CI's prediction step on the sync declarations
+    echo "-- under --syncguard-predict --syncguard-mode=fail (CPU CI):"
+    # shellcheck disable=SC2086
+    (cd "$1" && PYTHONPATH="$1" "$PY" -m pytest -q -p no:cacheprovider $PLUGIN \
+        cases/test_merge.py -k "test_declared_sync and ($2)" --syncguard --syncguard-predict \
+        --syncguard-mode=fail 2>&1 | tail -25)
+  fi
 }
 
 {
@@ -56,7 +65,7 @@ run_case() {  # tree variant-expression
   echo; echo "## unmutated"
   all_variants=$(printf '%s\n' "${VARIANTS[@]}" | sort -u | paste -sd'|' | sed 's/|/ or /g')
   out=$(run_case "$WORK/base" "$all_variants")
-  echo "$out" | grep -E "^(FAILED|ERROR)|passed|failed" | head -12
+  echo "$out" | grep -E "^(FAILED|ERROR|-- )|passed|failed" | head -20
   if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
     echo "=> the unmutated tree FAILS: the experiment below proves nothing"
   fi
@@ -72,11 +81,11 @@ open(path, "w").write(text.replace(old, new, 1))
 PYEOF
     echo; echo "## mutant: $name (tests of ${VARIANTS[$i]})"
     out=$(run_case "$tree" "${VARIANTS[$i]}")
-    echo "$out" | grep -E "^(FAILED|ERROR)|passed|failed" | head -12
+    echo "$out" | grep -E "^(FAILED|ERROR|-- )|passed|failed" | head -20
     if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
       echo "=> caught"; caught=$((caught+1))
     else
-      echo "=> NOT caught$([ "$CUDA" = 1 ] || echo ' (expected for sync mutants on a CPU run: it checks no sync)')"
+      echo "=> NOT caught"
       missed=$((missed+1))
     fi
   done

@@ -3,7 +3,10 @@
     python tools/predict_rules.py derive   # rewrite syncguard/predict/rules.json
     python tools/predict_rules.py check    # exit 1 if rules.json is stale or contradicts a run
 
-Runs on a CPU: the snippets execute under prediction; the GPU runs are committed JSON.
+Runs on a CPU: every snippet the GPU runner ran (tools/corpus_report.py: the corpus, the
+library corpus, the cases corpus) executes under prediction; the GPU runs are the committed
+reports/atlas-runs/corpus-run-<torch>.json, whose ground truth (runtime trace + sync-debug
+mode) the rules are learned from.
 """
 from __future__ import annotations
 
@@ -12,45 +15,37 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 
-#: The library corpus (tests/gpu/library_corpus.py, the same SNIPPETS/state/sync_line protocol
-#: as tests/gpu/corpus.py) joins once it and its runs exist: reports/gpu/<v>/<stem>-<v>.json.
-LIBRARY = ("tests.gpu.library_corpus", "library-corpus")
+def snippets_and_states():
+    """The GPU runner's own list of snippets and its state factory: one definition of what a
+    snippet is, its line, set-up and context."""
+    import corpus_report
+
+    return corpus_report.cases(), corpus_report.states
 
 
-def suites(corpus):
-    """(file stem, module) of every snippet suite with committed runs."""
-    import importlib
+def build():
+    """(derivation, problems) from the committed runs."""
+    from syncguard.predict.derive import derive, load_runs, observe
 
-    found = [("corpus", corpus)]
-    try:
-        lib = importlib.import_module(LIBRARY[0])
-    except ImportError:
-        return found
-    if os.path.isdir(os.path.join(ROOT, "reports", "gpu")) and any(
-            f.startswith(LIBRARY[1] + "-") for _, _, files in os.walk(os.path.join(ROOT, "reports", "gpu"))
-            for f in files):
-        found.append((LIBRARY[1], lib))
-    return found
+    snippets, states = snippets_and_states()
+    runs = load_runs(ROOT)
+    calls, crashed = observe(snippets, states)
+    d = derive(runs, snippets, calls)
+    # a snippet the CPU cannot run teaches nothing; it is reported by the calibration
+    return d, d.conflicts + d.unattributed, crashed
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("derive", "check"):
         print("usage: predict_rules.py derive|check", file=sys.stderr)
         return 2
-    from syncguard.predict.derive import derive, load_corpus_runs, observe_snippets
     from syncguard.predict.rules import RULES_PATH
     from syncguard.sessionfile import write_atomic
-    from tests.gpu import corpus
 
-    d, problems = None, []
-    for stem, suite in suites(corpus):
-        runs = load_corpus_runs(ROOT, stem)
-        calls, crashed = observe_snippets(suite.SNIPPETS, suite.state)
-        d = derive(runs, suite.SNIPPETS, calls, d)
-        problems += [f"{stem} snippet {k} raised {v}" for k, v in crashed.items()]
-    problems = d.conflicts + d.unattributed + problems
+    d, problems, crashed = build()
     text = d.table.to_json()
     if argv[0] == "derive":
         write_atomic(RULES_PATH, text)
@@ -60,6 +55,8 @@ def main(argv: list[str]) -> int:
         with open(RULES_PATH, encoding="utf-8") as f:
             if f.read() != text:
                 problems.append("rules.json is stale: run tools/predict_rules.py derive")
+    for k, v in sorted(crashed.items()):
+        print(f"not learned from (raised on the CPU under prediction): {k}: {v}")
     for p in problems:
         print("problem:", p)
     return 1 if problems else 0

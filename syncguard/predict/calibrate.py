@@ -1,9 +1,11 @@
 """Calibration: predictions made on the CPU against syncs measured on the H200.
 
-Agreement is counted per snippet (corpus) or per merge variant (cases): whether it syncs, the
-exact kinds (as a multiset), the line of every sync, crashes of code that runs on the CPU, and
-calls the predictor could not model. The reference run is the committed one of the torch
-version nearest to the predicted one; every disagreement is listed with what each side saw.
+Agreement is counted per snippet of the GPU runner's suites (corpus, library corpus, cases
+corpus; the runs' ground truth) or per merge variant of a cases/ session report: whether it
+syncs, the exact kinds (as a multiset), the line of every sync, crashes of code that runs on
+the CPU, and calls the predictor could not model. The reference run is the committed one of the
+torch version nearest to the predicted one that measured the suite; every disagreement is
+listed with what each side saw.
 """
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from .derive import CorpusRun, measured_events
+from .derive import CAPTURE_WHY, CorpusRun, at_call, measured_events
 from .rules import RuleTable
 
-__all__ = ["Row", "Calibration", "calibrate_corpus", "calibrate_cases", "nearest_run"]
+__all__ = ["Row", "Calibration", "calibrate_suite", "calibrate_cases", "calibrate_held_out",
+           "nearest_run", "SUITE_TITLES"]
 
 
 @dataclass
@@ -128,7 +131,10 @@ def _line_mapper(root: str, report_rel: str, source_rel: str):
 
     try:
         with open(os.path.join(root, report_rel), encoding="utf-8") as f:
-            named = ((json.load(f).get("provenance") or {}).get("project") or {}).get("commit")
+            prov = json.load(f).get("provenance") or {}
+        named = prov.get("git_commit") or (prov.get("project") or {}).get("commit")
+        if prov.get("converted_from") and not named:  # a converted run: the original's history
+            report_rel = prov["converted_from"]
         if named:  # a report with provenance names the exact source it ran
             source = f"{named}:{source_rel}"
         else:  # older reports: the parent of the last commit that added or changed the report,
@@ -153,26 +159,42 @@ def _line_mapper(root: str, report_rel: str, source_rel: str):
     return remap
 
 
-def calibrate_corpus(snippets, state, run: CorpusRun, target: str,
-                     table: RuleTable | None = None, root: str = ".") -> Calibration:
-    from . import predicting
+#: suite names as the GPU runner spells them (tools/corpus_report.py ``corpus``)
+SUITE_TITLES = {"corpus": "corpus (tests/gpu/corpus.py)",
+                "library": "library corpus (tests/gpu/library_corpus.py LIBRARY)",
+                "cases": "cases corpus (merge variants x deterministic, CPU-path batching)"}
 
-    cal = Calibration("corpus (tests/gpu/corpus.py)", target, run.path)
-    remap = _line_mapper(root, run.path, "tests/gpu/corpus.py")
-    with predicting(target, rules=table) as p:
-        st = state()
-        for snip in snippets:
-            s0, u0 = len(p.syncs), len(p.unmodelled)
-            crashed = None
-            try:
-                snip.fn(st)
-            except Exception as e:  # noqa: BLE001 - a crash is a finding, not a stop
-                crashed = f"{type(e).__name__}: {e}"
-            record = run.snippets.get(snip.name, {})
-            measured = [(e["kind"], remap(e["line"])) for e in measured_events(record)]
-            cal.rows.append(Row(cal.suite, snip.name, measured,
-                                [(e.kind, e.lineno) for e in p.syncs[s0:]], crashed,
-                                [_describe(u, root) for u in p.unmodelled[u0:]], snip.sync_line))
+
+def _row(suite: str, snip: dict, record: dict, remap, predicted, unmodelled, crashed,
+         root: str, runnable: bool) -> Row:
+    measured = [(e["kind"], remap(e["line"])) for e in measured_events(record) or []]
+    return Row(suite, snip["name"], measured, predicted, crashed,
+               [_describe(u, root) for u in unmodelled], snip["line"], runnable)
+
+
+def _predicted_line(e, snip: dict) -> int | None:
+    """A predicted event made by the snippet's call (on its line, or below it on the stack)
+    is at the snippet's line, as the GPU run records every wait of the call there."""
+    return snip["line"] if at_call(e.filename, e.lineno, e.stack, snip) else e.lineno
+
+
+def calibrate_suite(suite: str, snippets: list[dict], ran: dict, run: CorpusRun, target: str,
+                    root: str = ".", not_runnable=lambda snip, crashed: False) -> Calibration:
+    """Rows of one suite: each snippet's predictions (``ran``: run_snippets) against what
+    ``run`` measured; snippets the run did not measure are left out. ``not_runnable`` says
+    when a crash is the CPU build's limit (e.g. Triton), not a failure of the predictor."""
+    cal = Calibration(SUITE_TITLES.get(suite, suite), target, run.path)
+    remaps: dict[str, Callable] = {}
+    for snip in snippets:
+        record = run.snippets.get(snip["id"])
+        if snip["corpus"] != suite or record is None or measured_events(record) is None:
+            continue
+        remap = remaps.setdefault(snip["file"], _line_mapper(root, run.path, snip["file"]))
+        r = ran[snip["id"]]
+        cal.rows.append(_row(cal.suite, snip, record, remap,
+                             [(e.kind, _predicted_line(e, snip)) for e in r.syncs],
+                             r.unmodelled, r.crashed, root,
+                             not (r.crashed and not_runnable(snip, r.crashed))))
     return cal
 
 
@@ -215,18 +237,43 @@ def calibrate_cases(session_json: str, root: str, target: str,
     return cal
 
 
-def calibrate_held_out(snippets, state, runs: list, run: CorpusRun, target: str,
-                       root: str = ".") -> Calibration:
-    """Leave one snippet out: its rules are derived from the other snippets' runs only, then
-    it is predicted. The plain corpus calibration tests the table on the runs it was learned
-    from; this one says how the table does on code it has not seen."""
-    from .derive import derive, observe_snippets
+def calibrate_held_out(snippets: list[dict], calls: dict, runs: list, run_of: Callable,
+                       target: str, root: str = ".", not_runnable=lambda s, c: False,
+                       crashed: dict | None = None) -> Calibration:
+    """Leave one snippet out: the rules are derived from every other snippet's runs, then the
+    snippet's own recorded calls (``calls``: observe) are looked up in that table, as the
+    engine would. The plain calibration tests the table on the runs it was learned from; this
+    one says how it does on code it has not seen. ``run_of(snip)``: the run compared with."""
+    from .derive import derive
 
-    calls, _ = observe_snippets(snippets, state)
-    cal = Calibration("corpus, each snippet held out of the rules", target, run.path)
+    crashed = crashed or {}
+    cal = Calibration("all suites, each snippet held out of the rules", target,
+                      ", ".join(sorted({run_of(s).path for s in snippets if run_of(s)})))
+    remaps: dict[tuple, Callable] = {}
     for snip in snippets:
-        others = [s for s in snippets if s is not snip]
-        table = derive(runs, others, calls).table
-        one = calibrate_corpus([snip], state, run, target, table, root)
-        cal.rows.extend(one.rows)
+        run = run_of(snip)
+        record = run.snippets.get(snip["id"]) if run else None
+        if record is None or measured_events(record) is None:
+            continue
+        remap = remaps.setdefault((run.path, snip["file"]),
+                                  _line_mapper(root, run.path, snip["file"]))
+        if snip["id"] not in calls:  # not run (graph capture) or raised: as the engine said
+            cal.rows.append(_row(cal.suite, snip, record, remap, [], [], crashed.get(snip["id"]),
+                                 root, not (snip["id"] in crashed
+                                            and not_runnable(snip, crashed[snip["id"]]))))
+            if not crashed.get(snip["id"]):
+                cal.rows[-1].unmodelled.append(CAPTURE_WHY)
+            continue
+        table = derive(runs, [s for s in snippets if s is not snip], calls).table
+        predicted, unmodelled = [], []
+        for o in calls[snip["id"]]:
+            v = table.lookup(o.op, dict(o.facts), target, device_kernel=o.device_kernel)
+            if v.status == "unmodelled":
+                unmodelled.append(f"{v.why} at {os.path.relpath(o.filename, root)}:{o.lineno}"
+                                  if o.filename else v.why)
+            line = snip["line"] if at_call(o.filename, o.lineno, o.stack, snip) else o.lineno
+            predicted += [(sync["kind"], line) for sync in v.syncs]
+        row = _row(cal.suite, snip, record, remap, predicted, [], None, root, True)
+        row.unmodelled = unmodelled
+        cal.rows.append(row)
     return cal

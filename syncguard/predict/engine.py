@@ -61,6 +61,9 @@ class Observation:
     lineno: int | None
     status: str
     device_kernel: bool = False
+    #: ``file:line in function`` frames above the user's line: a call made inside the user's
+    #: own helpers (cases/merge.py under a library-corpus snippet) is still at the snippet's line
+    stack: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass
@@ -78,6 +81,10 @@ class Predictor:
     #: allow() applies to predicted syncs as to measured ones)
     on_event: Any = None
     contexts: list = field(default_factory=list)
+    #: CUDA index of each call the function mode is forwarding with stand-in arguments: a
+    #: factory op reached inside one takes its device from a stand-in's C++ device (the CPU),
+    #: where on a GPU it would be the device (pad_sequence's output, then filled by d2d copies)
+    forwarding: list = field(default_factory=list)
 
     def decide(self, op: str, facts: dict, *, device_kernel: bool = False) -> Verdict | None:
         if _called_by_syncguard():
@@ -85,7 +92,8 @@ class Predictor:
         verdict = self.table.lookup(op, facts, self.target, device_kernel=device_kernel)
         site = user_site(depth=8)
         self.observations.append(Observation(op, tuple(sorted(facts.items())), site.filename,
-                                             site.lineno, verdict.status, device_kernel))
+                                             site.lineno, verdict.status, device_kernel,
+                                             site.stack))
         if verdict.status == "unmodelled":
             self.unmodelled.append(Unmodelled(op, verdict.why or op, site.filename, site.lineno))
             return verdict

@@ -57,6 +57,15 @@ def op_facts(func, args: tuple, kwargs: dict) -> dict[str, Any]:
         if base != "index":
             acc = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
             facts["accumulate"] = bool(acc)
+        if torch.are_deterministic_algorithms_enabled():  # another kernel, measured apart
+            facts["deterministic"] = True
+    elif base == "histc":  # min == max == 0: the range is read from the data on the host
+        lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
+        hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
+        facts["range"] = "absent" if lo == hi == 0 else "given"
+    elif base == "mode":  # the kernel depends on the slice length: only measured ones count
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
+        facts["slice_size"] = int(args[0].shape[dim]) if args[0].dim() else 1
     elif base == "repeat_interleave":
         facts["output_size"] = "absent" if kwargs.get("output_size") is None else "given"
     elif base == "copy_":

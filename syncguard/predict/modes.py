@@ -14,6 +14,9 @@ __all__ = ["PredictFunctionMode", "PredictDispatchMode"]
 
 _TO_COPY = "aten::_to_copy"
 _DATA_CONSTRUCTORS = {"tensor", "as_tensor", "asarray"}
+#: aten op -> indices of its outputs that stay on the host even for CUDA inputs (torch's
+#: PackedSequence requires batch_sizes on the CPU)
+_HOST_OUTPUTS = {"aten::_pack_padded_sequence": (1,)}
 _NUMPY_ERROR = ("can't convert cuda:{} device type tensor to numpy. Use Tensor.cpu() to copy "
                 "the tensor to host memory first.")
 
@@ -21,6 +24,19 @@ _NUMPY_ERROR = ("can't convert cuda:{} device type tensor to numpy. Use Tensor.c
 def _tensor_method(func) -> str | None:
     name = getattr(func, "__name__", None)
     return name if name is not None and getattr(torch.Tensor, name, None) is func else None
+
+
+def _has_tensor(args, kwargs) -> bool:
+    return any(isinstance(x, torch.Tensor) for a in list(args) + list(kwargs.values())
+               for x in (a if isinstance(a, (list, tuple)) else (a,)))
+
+
+def _first_standin_index(args, kwargs) -> int | None:
+    for a in list(args) + list(kwargs.values()):
+        for x in (a if isinstance(a, (list, tuple)) else (a,)):
+            if is_standin(x):
+                return x._sg_index
+    return None
 
 
 class _Collecting:
@@ -69,7 +85,14 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
                 and args and not isinstance(args[0], torch.Tensor)):
             # data from Python goes to the device by a blocking copy from pageable memory
             self._copy_event(False, True, None, False)
-        out = func(*args, **kwargs)
+        inner = _first_standin_index(args, kwargs)
+        if inner is not None:
+            self._own.forwarding.append(inner)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            if inner is not None:
+                self._own.forwarding.pop()
         if index is not None:
             out = tree_map(lambda o: wrap(o, index) if isinstance(o, torch.Tensor) else o, out)
         if pinned:
@@ -121,6 +144,9 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         index = cuda_index(kwargs.get("device"))
+        if (index is None and self._own.forwarding and "device" in kwargs
+                and not _has_tensor(args, kwargs)):
+            index = self._own.forwarding[-1]  # a factory inside a call on stand-ins
         cuda = index is not None
         if cuda:
             kwargs["device"] = torch.device("cpu")
@@ -143,6 +169,9 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
         wrap_out = touched and not (func._schema.name == "aten::_to_copy" and not cuda
                                     and kwargs.get("device") is not None)
         out = _rewrap(out, args, kwargs, wrap_out, index or 0)
+        if func._schema.name in _HOST_OUTPUTS:  # outputs a CUDA kernel leaves on the host
+            out = tuple(unwrap(o) if i in _HOST_OUTPUTS[func._schema.name] else o
+                        for i, o in enumerate(out))
         if pinned:
             tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
         return out

@@ -29,7 +29,10 @@ MODELLED_FACTS = {
     "mask": "bool/uint8 index tensor of an index op: 'cpu' or 'cuda'",
     "index": "integer index tensor of an index op: 'cpu' or 'cuda'",
     "accumulate": "index_put's accumulate flag",
+    "deterministic": "index op under torch.use_deterministic_algorithms(True) (absent: off)",
     "output_size": "repeat_interleave: 'given' or 'absent'",
+    "range": "histc: 'given', or 'absent' (min == max == 0: read from the data)",
+    "slice_size": "mode: the length of the reduced dimension (only measured lengths match)",
     "direction": "copy between host and device: 'h2d', 'd2h' or 'd2d'",
     "host": "host side of a copy: 'pinned' or 'pageable'",
     "non_blocking": "the copy's non_blocking flag",
@@ -68,6 +71,8 @@ class RuleTable:
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: list[dict[str, Any]] = field(default_factory=list)
+    #: snippets of a run no rule was learned from, and why (data, so a reader sees the gaps)
+    not_learned: list[str] = field(default_factory=list)
 
     @property
     def versions(self) -> list[str]:
@@ -112,6 +117,7 @@ class RuleTable:
         return {"schema_version": RULES_SCHEMA, "kind": RULES_KIND,
                 "generated_by": "tools/predict_rules.py derive (do not edit by hand)",
                 "facts": MODELLED_FACTS, "sources": self.sources,
+                "not_learned": self.not_learned,
                 "classes": {k: self.classes[k] for k in sorted(self.classes)},
                 "rules": {k: self.rules[k] for k in sorted(self.rules)}}
 
@@ -126,7 +132,7 @@ class RuleTable:
             raise ValueError(f"{where} has schema_version {data.get('schema_version')!r}; "
                              f"this syncguard reads {RULES_SCHEMA}")
         return cls(dict(data.get("rules", {})), dict(data.get("classes", {})),
-                   list(data.get("sources", [])))
+                   list(data.get("sources", [])), list(data.get("not_learned", [])))
 
 
 _cache: dict[str, RuleTable] = {}

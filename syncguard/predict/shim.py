@@ -13,6 +13,8 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
+import torch
+
 from .engine import active
 from .tensors import FREES
 
@@ -116,6 +118,13 @@ def _empty_cache() -> None:
     _decide("torch.cuda.empty_cache", {"cached_free": FREES.take() > 0})
 
 
+def _get_rng_state(device: Any = "cuda") -> Any:
+    """The state comes back as a host ByteTensor, as on a GPU; whether reading it waits is the
+    table's answer (a run measured it)."""
+    _decide("torch.cuda.get_rng_state")
+    return torch.get_rng_state()
+
+
 _PROPS = SimpleNamespace(name="predicted CUDA device (syncguard)", major=9, minor=0,
                          total_memory=80 << 30, multi_processor_count=132)
 
@@ -140,6 +149,8 @@ SHIMMED: dict[str, Any] = {
     "get_device_properties": lambda device=None: _PROPS,
     "is_bf16_supported": lambda *a, **k: True,
     "manual_seed": lambda seed: None,
+    "get_rng_state": _get_rng_state,
+    "set_rng_state": lambda new_state, device="cuda": _decide("torch.cuda.set_rng_state"),
     "manual_seed_all": lambda seed: None,
     "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0,
@@ -175,6 +186,26 @@ _saved_torch: dict[str, Any] = {}
 _MISSING = object()
 
 
+def _grouping(original):
+    """``torch._C._group_tensors_by_device_and_dtype`` (how optimizers and clip_grad_norm_
+    split their tensors) reads the C++ device, the CPU for a stand-in: the groups of stand-ins
+    are keyed by the CUDA device they stand for, or the caller's ``.to(device)`` would be
+    predicted as a copy to the host that a GPU never makes."""
+    from .tensors import is_standin
+
+    def group(tensorlistlist, with_indices=False):
+        out = original(tensorlistlist, with_indices)
+        fixed = {}
+        for (device, dtype), value in out.items():
+            first = next((t for t in value[0][0] if t is not None), None) if value[0] else None
+            if first is not None and is_standin(first):
+                device = torch.device("cuda", first._sg_index)
+            fixed[(device, dtype)] = value
+        return fixed
+
+    return group
+
+
 def install() -> None:
     """Swap the names in (reference-counted: nested and concurrent blocks share one swap)."""
     global _depth
@@ -191,6 +222,10 @@ def install() -> None:
 
         _saved_torch["Generator"] = torch.Generator
         torch.Generator = _generator_class()
+        _saved_torch["_C._group_tensors_by_device_and_dtype"] = \
+            torch._C._group_tensors_by_device_and_dtype
+        torch._C._group_tensors_by_device_and_dtype = _grouping(
+            torch._C._group_tensors_by_device_and_dtype)
 
 
 def uninstall() -> None:
@@ -210,5 +245,6 @@ def uninstall() -> None:
         import torch
 
         for name, value in _saved_torch.items():
-            setattr(torch, name, value)
+            owner, _, attr = name.rpartition(".")
+            setattr(torch._C if owner == "_C" else torch, attr, value)
         _saved_torch.clear()

@@ -66,7 +66,22 @@ class CudaStandIn(torch.Tensor):
         return self._sg_index
 
     def __repr__(self, *, tensor_contents=None) -> str:  # type: ignore[override]
+        """Inside a predicting block, torch's own printing runs on the stand-in, so the ops it
+        issues (one ``.item()`` per printed element, ``nonzero`` for the summary) are seen and
+        predicted as on a GPU; outside, the data with its label."""
+        from .engine import active
+
+        if active() is not None:  # _str would switch the predictor's modes off: _str_intern
+            with torch.no_grad():
+                text = torch._tensor_str._str_intern(self, tensor_contents=tensor_contents)
+            return "tensor(" + text[len(type(self).__name__) + 1:]
         return f"{self._sg_elem!r} (predicted on cuda:{self._sg_index})"
+
+    def __format__(self, spec: str) -> str:
+        # torch.Tensor.__format__ formats 0-dim tensors by .item() only for exact Tensors
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
 
 
 def is_standin(x) -> bool:
