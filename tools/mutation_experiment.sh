@@ -54,11 +54,13 @@ run_case() {  # tree variant-expression
   fi
 }
 
+# read before the log is opened: tee truncating a committed log would make the tree look dirty
+TREE="${SYNCGUARD_GIT_COMMIT:-$(git -C "$ROOT" rev-parse HEAD)}$(
+  [ -n "${SYNCGUARD_GIT_COMMIT:-}" ] || git -C "$ROOT" diff --quiet || echo ' (dirty)')"
 {
   echo "# mutation experiment: torch $("$PY" -c 'import torch; print(torch.__version__)'), cuda=$CUDA, $(date -u +%FT%TZ)"
   # the GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit sent
-  echo "# tree: ${SYNCGUARD_GIT_COMMIT:-$(git -C "$ROOT" rev-parse HEAD)}$(
-    [ -n "${SYNCGUARD_GIT_COMMIT:-}" ] || git -C "$ROOT" diff --quiet || echo ' (dirty)')"
+  echo "# tree: $TREE"
   echo "# selection: cases/test_merge.py -k '(${SELECT[0]}) and (<the mutated variant>)'"
   caught=0; missed=0
   cp -r "$ROOT" "$WORK/base"; rm -rf "$WORK/base/.hypothesis" "$WORK/base/.carry" "$WORK/base/.devtree"
