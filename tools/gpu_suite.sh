@@ -4,7 +4,8 @@
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
 # their ground truth, the whole tests/gpu suite, overhead and merge benchmarks, the thread stress
 # loop); extras: the mutation experiment, the race benchmark and the plugin's sample project
-# (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; full: both (over the device's 10-minute call limit: make it two calls, matrix then
+# (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
+# the device-side row variant's first measurement; full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
@@ -57,6 +58,16 @@ fi
 # SYNCGUARD_REAL_SUITE names its tree, SYNCGUARD_REAL_ARGS its pytest arguments
 if [ "$what" = realsuite ]; then
   step "real-suite-$ver" $py tools/real_suite.py run "${SYNCGUARD_REAL_SUITE:?}" "$out/real-suite" 2 -- ${SYNCGUARD_REAL_ARGS:?}
+fi
+# devrows: the device-side row variant (cases/device_rows.py), first measured: its cases under
+# syncguard, the device/host split of every variant (both copy placements), where the host time
+# of the two Triton variants goes, and its kernel's program-count sweep
+if [ "$what" = devrows ]; then
+  step "cases-devrows-$ver" $py -m pytest $P --syncguard cases/test_device_rows.py cases/test_merge.py -k device_rows --syncguard-report="$out/cases-devrows-$ver.json"
+  step "merge-split-$ver" $py bench/bench_merge.py --split --out "$out/merge-split-$ver.json"
+  step "merge-split-same-stream-$ver" $py bench/bench_merge.py --split --variant triton_device_rows --device-rows-same-stream --out "$out/merge-split-same-stream-$ver.json"
+  step "merge-host-phases-$ver" $py bench/bench_merge.py --host-phases --reps 20 --rounds 3 --out "$out/merge-host-phases-$ver.json"
+  step "merge-sweep-devrows-$ver" $py bench/bench_merge.py --sweep --variant triton_device_rows --reps 50 --out "$out/merge-sweep-devrows-$ver.json"
 fi
 if [ "$what" = poison ]; then
   step poison-serial $py -m pytest $C samples/gpu_project/poison $P --syncguard --syncguard-report="$out/poison-serial.json"
