@@ -279,7 +279,7 @@ def test_subscription_is_refcounted_and_fully_undone():
 
 def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubscribes():
     """Fake libcupti, real thread. Unsubscribing beside a syncing thread crashed it on the H200
-    (reports/probes/cupti-threads-2.11.0/, reports/gpu/2.11.0/stress-threads/): with another
+    (reports/probes/cupti-threads-2.11.0/, reports/probes/stress-e8a2950/): with another
     thread alive the last region only switches every callback off; the next region reuses the
     subscription; a region ending with no other thread, or a profiler starting, unsubscribes."""
     import threading

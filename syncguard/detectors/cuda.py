@@ -100,7 +100,7 @@ class CuptiHub(CallPath):
     # every callback off, no region open). Unsubscribing while another thread is inside a CUDA
     # call crashed that thread (SIGSEGV), even with the callbacks disabled first, while toggling
     # the callbacks of a kept subscription never did (reports/probes/cupti-threads-2.11.0/,
-    # reports/gpu/2.11.0/stress-threads/). So the last region out unsubscribes only when no other
+    # reports/probes/stress-e8a2950/). So the last region out unsubscribes only when no other
     # Python thread is alive; otherwise it parks, and a later moment finishes the job: the next
     # region to end with no other thread alive, or a profiler starting (:meth:`hand_over`).
     def acquire(self, region) -> None:
