@@ -5,7 +5,7 @@ side, so a crash is attributed to syncguard only if bare never crashes.
 
 The cause was found with tools/probe_cupti_threads.py (reports/probes/cupti-threads-2.11.0/):
 unsubscribing CUPTI with callbacks enabled. Written after the corpus runner segfaulted twice (of three runs) in its default-detector pass,
-on its helper thread's ``float(t.sum())`` (reports/gpu/2.11.0/corpus-2.11.0.log).
+on its helper thread's ``float(t.sum())`` (reports/gpu/2.11.0/corpus-2.11.0.log as of commit 144d39f; the file now holds a later run).
 """
 import contextlib
 import faulthandler
