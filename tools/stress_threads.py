@@ -4,8 +4,10 @@ shell loop in tools/gpu_suite.sh counts exit codes over several processes of eac
 side, so a crash is attributed to syncguard only if bare never crashes.
 
 The cause was found with tools/probe_cupti_threads.py (reports/probes/cupti-threads-2.11.0/):
-unsubscribing CUPTI with callbacks enabled. Written after the corpus runner segfaulted twice (of three runs) in its default-detector pass,
-on its helper thread's ``float(t.sum())`` (reports/gpu/2.11.0/corpus-2.11.0.log as of commit 144d39f; the file now holds a later run).
+unsubscribing CUPTI beside a thread inside a CUDA call; the detector now parks CUPTI instead
+(syncguard/detectors/cuda.py). Written after the corpus runner segfaulted twice (of three runs)
+in its default-detector pass, on its helper thread's ``float(t.sum())``
+(reports/gpu/2.11.0/corpus-2.11.0.log as of commit 144d39f; the file now holds a later run).
 """
 import contextlib
 import faulthandler
