@@ -176,16 +176,51 @@ def apis_called(work, st) -> dict:
     return out
 
 
+def cprofile_merges(st, out: str) -> None:
+    """Where the cuda detector's time goes on 100 merges (issue 12: about 50 us per copy on the
+    H200 against about 4 us in the CPU callback benchmark, reports/cpu/callback-cost.md). The
+    callbacks run on the thread that made the CUDA call, so cProfile sees them; the region's
+    entry and exit are inside the profile too."""
+    import cProfile
+    import io
+    import pstats
+
+    cm = cuda_with("pointer", "cprofile")
+    for _ in range(3):  # warm-up: compiled paths, caches, the first subscription
+        timed(merge_loop, cm, st)
+    pr = cProfile.Profile()
+    torch.cuda.synchronize()
+    pr.enable()
+    for _ in range(5):
+        with cm():
+            merge_loop(st)
+            torch.cuda.synchronize()
+    pr.disable()
+    buf = io.StringIO()
+    stats = pstats.Stats(pr, stream=buf)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    path = os.path.join(out, f"overhead-cprofile-{torch.__version__.split('+')[0]}.txt")
+    with open(path, "w") as f:
+        f.write(f"# 5 x (audit(cuda) around 100 merges), torch {torch.__version__}\n" + buf.getvalue())
+    print(buf.getvalue()[:4000])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--cprofile", action="store_true",
+                    help="instead of the timings: cProfile 100 merges under audit(cuda) and write "
+                         "where the Python time goes (OUT/overhead-cprofile-<torch>.txt)")
     a = ap.parse_args()
     st = {"y": torch.zeros(16, device="cuda")}
     emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
     mask = torch.rand(8192) < 0.5
     st.update(emb=emb, mask=mask, rows=torch.randn(int(mask.sum()), 1024, device="cuda",
                                                     dtype=torch.bfloat16))
+    if a.cprofile:
+        return cprofile_merges(st, a.out)
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
     before = {
         "bare": bare,

@@ -37,6 +37,7 @@ if [ "$what" = matrix ] || [ "$what" = full ]; then
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
   step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 7
+  step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
   # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):
   # 6 processes bare, 6 audited with the default detectors, exit codes counted
