@@ -304,6 +304,7 @@ def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubsc
         assert not hub.parked
         hub.release(b)
         assert hub.parked
+        assert not b.report.notes  # said once per process, by the first region that parked
         hub.hand_over(Site())  # a profiler starting takes CUPTI from a parked hub
         assert not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
         assert ap._prepare_profiler is before

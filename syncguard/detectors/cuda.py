@@ -58,6 +58,7 @@ class CuptiHub(CallPath):
         self.handle = ctypes.c_void_p()
         self.subscribed = False
         self.parked = False  # subscribed, every callback off, no region open (see acquire)
+        self.parks = 0  # how often a region ended parked (the first one says so in its notes)
         self.activity = ActivityRecords()
         self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
         self.regions: list = []
@@ -174,11 +175,13 @@ class CuptiHub(CallPath):
                     others = other_threads()
                     if others and not self.yielded:
                         self._park()
-                        region.report.notes.append(
-                            f"cuda detector: {others} other thread(s) alive, so CUPTI stays "
-                            "subscribed with every callback off until a region ends with none "
-                            "alive or a profiler starts (unsubscribing beside a syncing thread "
-                            "crashed it)")
+                        if self.parks == 0:  # once per process: it is the process's state
+                            region.report.notes.append(
+                                f"cuda detector: {others} other thread(s) alive, so CUPTI stays "
+                                "subscribed with every callback off until a region ends with none "
+                                "alive or a profiler starts (unsubscribing beside a syncing thread "
+                                "crashed it)")
+                        self.parks += 1
                     else:
                         self._unsubscribe()
                 finally:
