@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import gzip
 import json
 import os
 import platform
@@ -57,6 +58,7 @@ import stat
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,10 +332,16 @@ class SessionFile:
 
 
 def read_json(path: str | os.PathLike, what: str = "file") -> Any:
-    """Text of ``path`` parsed as JSON; SchemaError with one line for every way that fails."""
+    """Text of ``path`` parsed as JSON; SchemaError with one line for every way that fails.
+    A ``.gz`` path is read through gzip (reports of large suites are committed compressed)."""
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise SchemaError(f"{path}: not a gzip file ({e})") from None
     except FileNotFoundError:
         raise SchemaError(f"{path}: {what} not found") from None
     except OSError as e:

@@ -218,6 +218,23 @@ def test_binary_or_non_utf8_report_is_one_line_exit_2(reports, tmp_path, capsys)
     assert "cuda-torch-2.11.0.json: not a JSON text file (byte 0 is not UTF-8)" in error_line(capsys)
 
 
+def test_gzipped_report_reads_as_the_plain_one_and_a_broken_one_is_one_line(reports, capsys):
+    """A suite's report committed gzipped (reports/real-suite/) is read as it is."""
+    import gzip
+
+    plain = reports / "cuda-torch-2.11.0.json"
+    assert cli.main(["report", str(plain), "--format", "markdown"]) == 0
+    expected = capsys.readouterr().out
+    packed = reports / "packed" / "cuda-torch-2.11.0.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert cli.main(["report", str(packed), "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == expected
+    packed.write_bytes(plain.read_bytes())  # named .gz, not gzip
+    assert cli.main(["report", str(packed)]) == 2
+    assert "cuda-torch-2.11.0.json.gz: not a gzip file" in error_line(capsys)
+
+
 @pytest.mark.parametrize("which", ["report", "baseline"])
 def test_output_naming_an_input_is_refused_and_overwrites_nothing(reports, tmp_path, capsys, which):
     base = tmp_path / "baseline.json"

@@ -23,7 +23,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -134,11 +133,10 @@ def summarize(args) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from syncguard.sessionfile import load_document
 
-    raw = _read(out, "syncguard-1.json")
-    size = len(raw)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "r.json").write_bytes(raw)
-        tests = list(load_document(Path(tmp) / "r.json")["tests"])  # TestEntry objects
+    report = out / "syncguard-1.json"
+    report = report if report.exists() else out / "syncguard-1.json.gz"
+    size = len(_read(out, "syncguard-1.json"))
+    tests = list(load_document(report)["tests"])  # TestEntry objects
     root = doc["suite"].rstrip("/") + "/"
 
     def rel(where):
