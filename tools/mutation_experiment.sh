@@ -20,19 +20,17 @@ mkdir -p "$(dirname "$LOG")"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# name | file | python snippet: one replacement (old -> new) applied with str.replace, count 1
+# name | variant whose tests run for it | file | python snippet: one replacement (old -> new)
+# applied with str.replace, count 1
 MUTANTS=(
-  "drop-bf16|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if inputs_embeds.dtype == torch.bfloat16:  # MUTANT\n        raise NotImplementedError('\"index_copy\" not implemented for \\\\'BFloat16\\\\'')\n"
-  "clean-variant-syncs|cases/merge.py|    inputs_embeds.index_copy_(0, rows, mm)\n|    inputs_embeds.index_copy_(0, rows, mm)\n    if on_cuda:  # MUTANT: one host wait more\n        torch.cuda.current_stream().synchronize()\n"
-  "clean-variant-calls-item|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if int(is_multimodal.to(inputs_embeds.device).sum().item()) < 0:  # MUTANT: issue 17's\n        raise ValueError(name)\n"
-  "syncing-variant-syncs-more|cases/merge.py|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n    if rows.is_cuda:  # MUTANT: a second wait\n        torch.cuda.current_stream().synchronize()\n"
+  "drop-bf16|index_copy_rows|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if inputs_embeds.dtype == torch.bfloat16:  # MUTANT\n        raise NotImplementedError('\"index_copy\" not implemented for \\\\'BFloat16\\\\'')\n"
+  "clean-variant-syncs|index_copy_rows|cases/merge.py|    inputs_embeds.index_copy_(0, rows, mm)\n|    inputs_embeds.index_copy_(0, rows, mm)\n    if on_cuda:  # MUTANT: one host wait more\n        torch.cuda.current_stream().synchronize()\n"
+  "clean-variant-calls-item|index_copy_rows|cases/merge.py|    name = \"index_copy_rows\"\n|    name = \"index_copy_rows\"\n    if int(is_multimodal.to(inputs_embeds.device).sum().item()) < 0:  # MUTANT: issue 17's\n        raise ValueError(name)\n"
+  "syncing-variant-syncs-more|index_put_gpu_mask|cases/merge.py|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n|    rows = torch.nonzero(is_multimodal).flatten()  # the sync\n    if rows.is_cuda:  # MUTANT: a second wait\n        torch.cuda.current_stream().synchronize()\n"
 )
 SELECT=(
   "test_merge_properties or test_declared_dtype_support or test_declared_sync"
 )
-# the variant each mutant touches: only its tests run for that mutant (on the H200 the whole
-# selection took over 3 minutes per tree, and the lease ended before the last mutants ran)
-VARIANTS=(index_copy_rows index_copy_rows index_copy_rows index_put_gpu_mask)  # one per MUTANTS entry
 
 # The plugin comes from an installed syncguard's entry point, or is named with -p: never both.
 PLUGIN=$("$PY" -c 'import importlib.metadata as md
@@ -65,14 +63,16 @@ TREE="${SYNCGUARD_GIT_COMMIT:-$(git -C "$ROOT" rev-parse HEAD)}$(
   caught=0; missed=0
   cp -r "$ROOT" "$WORK/base"; rm -rf "$WORK/base/.hypothesis" "$WORK/base/.carry" "$WORK/base/.devtree"
   echo; echo "## unmutated"
-  all_variants=$(printf '%s\n' "${VARIANTS[@]}" | sort -u | paste -sd'|' | sed 's/|/ or /g')
+  # each mutant runs only its variant's tests (on the H200 the whole selection took over 3
+  # minutes per tree, and the lease ended before the last mutants ran); the base runs them all
+  all_variants=$(printf '%s\n' "${MUTANTS[@]}" | cut -d'|' -f2 | sort -u | paste -sd'|' | sed 's/|/ or /g')
   out=$(run_case "$WORK/base" "$all_variants")
   echo "$out" | grep -E "^(FAILED|ERROR|-- )|passed|failed" | head -20
   if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
     echo "=> the unmutated tree FAILS: the experiment below proves nothing"
   fi
-  for i in "${!MUTANTS[@]}"; do
-    IFS='|' read -r name file old new <<<"${MUTANTS[$i]}"
+  for m in "${MUTANTS[@]}"; do
+    IFS='|' read -r name variant file old new <<<"$m"
     tree="$WORK/$name"; cp -r "$WORK/base" "$tree"
     "$PY" - "$tree/$file" "$old" "$new" <<'PYEOF'
 import sys
@@ -81,8 +81,8 @@ text = open(path).read()
 assert text.count(old) >= 1, f"mutation anchor not found in {path}: {old!r}"
 open(path, "w").write(text.replace(old, new, 1))
 PYEOF
-    echo; echo "## mutant: $name (tests of ${VARIANTS[$i]})"
-    out=$(run_case "$tree" "${VARIANTS[$i]}")
+    echo; echo "## mutant: $name (tests of $variant)"
+    out=$(run_case "$tree" "$variant")
     echo "$out" | grep -E "^(FAILED|ERROR|-- )|passed|failed" | head -20
     if echo "$out" | grep -qE '(^| )[0-9]+ (failed|errors?)'; then
       echo "=> caught"; caught=$((caught+1))

@@ -73,7 +73,8 @@ def run(args) -> int:
             name = f"{mode}-{i}"
             extra = [f"--junitxml={out / (name + '.xml')}"]
             if mode == "syncguard":
-                extra += ["--syncguard", f"--syncguard-report={out / (name + '.json')}"]
+                extra += ["--syncguard", "--syncguard-mode=record",
+                          f"--syncguard-report={out / (name + '.json')}"]
             else:
                 extra += ["-p", "no:syncguard"]
             cmd = [sys.executable, "-m", "pytest", *args.pytest_args, *extra]

@@ -8,8 +8,8 @@ one sync (sync-debug mode's warning and a wrapper's copy kind) become one event.
 touches its module plus one line in :func:`_builtin`.
 
 ``auto`` (the default) means the most complete detector available: ``cuda`` (CUPTI callbacks) when
-it can subscribe, else the reversible torch-hook detectors ``debug`` and ``trace``. The region's report names what ran and
-why.
+it can subscribe, else the reversible torch-hook detectors ``debug`` and ``trace``. The region's
+report names what ran and why.
 """
 from __future__ import annotations
 
