@@ -33,7 +33,7 @@ if [ "${SYNCGUARD_SKIP_INSTALL:-0}" != 1 ]; then
 fi
 P="-p no:cacheprovider -q -rfEx"
 if [ "$what" = matrix ] || [ "$what" = full ]; then
-  step "cases-$ver" $py -m pytest $P --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
+  step "cases-$ver" $py -m pytest $P -n 4 --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
   step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 7

@@ -66,7 +66,7 @@ def test_default_detector(snip, s):
 def test_torch_hook_detectors_merged(snip, s):
     """debug + trace + the opt-in gpu_trace hook (lasting: fine in a test worker)."""
     report = _run(snip, s, ("debug", "trace", "gpu_trace"))
-    expect = snip.expected(TORCH)
+    expect = snip.hook_expected(TORCH)
     if not expect:
         assert report.syncs == [], syncguard.events.format_report(report)
         return
@@ -88,7 +88,7 @@ def test_debug_detector_alone(snip, s):
 @pytest.mark.parametrize("snip", [x for x in SNIPPETS if x.expected(TORCH)], ids=lambda x: x.name)
 def test_trace_hooks_alone(snip, s):
     report = _run(snip, s, ("trace", "gpu_trace"))
-    assert {e.kind for e in report.syncs} == set(snip.expected(TORCH)), syncguard.events.format_report(report)
+    assert {e.kind for e in report.syncs} == set(snip.hook_expected(TORCH)), syncguard.events.format_report(report)
     assert all(e.lineno == snip.sync_line for e in report.syncs), syncguard.events.format_report(report)
 
 
