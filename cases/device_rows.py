@@ -107,7 +107,7 @@ def jit_with_triton(fn: Callable) -> tuple[Any, Any]:
 
 def kernel():
     """The jitted kernel (imports triton on first use)."""
-    if not _KERNEL:
+    if "kernel" not in _KERNEL:  # not "if not _KERNEL": jit_with_triton stores copy_tile there
         _KERNEL["triton"], _KERNEL["kernel"] = jit_with_triton(_device_rows_kernel)
     return _KERNEL["kernel"]
 
