@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "schema_version": 1, "kind": "syncguard-merge-bench",
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-                        "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),
-                        "triton": _triton_version()},
+        "environment": _environment(),
         "options": {"dtype": args.dtype, "warmup": args.warmup, "reps": args.reps,
                     "device_rows_copy": _copy_stream(),
                     "sizes": [f"{t}x{h}" for t, h in (args.size or SIZES)]},
@@ -258,9 +256,7 @@ def _split_main(args, names, dtype, has_triton) -> int:
                   f"[{h['min']:.1f}-{h['max']:.1f}]", flush=True)
     doc = {"schema_version": 1, "kind": "syncguard-merge-bench-split",
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-                           "gpu": torch.cuda.get_device_name(0),
-                           "python": platform.python_version(), "triton": _triton_version()},
+           "environment": _environment(),
            "options": {"dtype": str(dtype).replace("torch.", ""), "warmup": args.warmup,
                        "reps": min(args.reps, 20), "rounds": args.rounds,
                        "device_rows_copy": _copy_stream(),
@@ -339,9 +335,7 @@ def _host_phases_main(args, dtype, has_triton) -> int:
         torch.cuda.empty_cache()
     doc = {"schema_version": 1, "kind": "syncguard-merge-host-phases",
            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "environment": {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-                           "gpu": torch.cuda.get_device_name(0),
-                           "python": platform.python_version(), "triton": _triton_version()},
+           "environment": _environment(),
            "options": {"dtype": str(dtype).replace("torch.", ""), "reps": min(args.reps, 50),
                        "rounds": args.rounds, "device_rows_copy": _copy_stream(),
                        "sizes": [f"{t}x{h}" for t, h in (args.size or SPLIT_SIZES)]},
@@ -355,6 +349,18 @@ def _copy_stream() -> str:
     from cases import device_rows
 
     return "side stream" if device_rows.COPY_ON_SIDE_STREAM else "same stream"
+
+
+def _environment() -> dict:
+    """What every benchmark file records about where it ran, with the project commit (the
+    same source as the session reports' provenance: SYNCGUARD_GIT_COMMIT on the GPU machine)."""
+    import torch
+
+    from syncguard.provenance import git_state
+
+    return {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+            "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),
+            "triton": _triton_version(), "project": git_state(ROOT)}
 
 
 def _triton_version() -> str | None:

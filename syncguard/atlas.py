@@ -259,6 +259,14 @@ def _merge_rows(benches, columns: tuple[Column, ...], rows: tuple[Row, ...]):
     return tuple(out)
 
 
+def _bench_column(path: str, env: dict[str, Any]) -> str:
+    """torch · GPU · commit (where the file records one) · file name."""
+    commit = (env.get("project") or {}).get("commit")
+    return " · ".join([str(env.get("torch")), str(env.get("gpu"))]
+                      + ([f"commit `{commit[:12]}`"] if commit else [])
+                      + [f"`{os.path.basename(path)}`"])
+
+
 def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
     runs = list(runs)
     benches = _by_version([r for r in runs if r[1].get("kind") == BENCH_KIND], "environment")
@@ -283,8 +291,7 @@ def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
     said = [t for r in rows_t for t in _transitions(r, columns)]
     # transitions to or from sync-free first: those are the ones users ask about
     said.sort(key=lambda t: "sync-free" not in t)
-    bench_columns = tuple(f"{d['environment'].get('torch')} · {d['environment'].get('gpu')} · "
-                          f"`{os.path.basename(p)}`" for p, d in benches)
+    bench_columns = tuple(_bench_column(p, d["environment"]) for p, d in benches)
     return Atlas(columns, rows_t, tuple(said), bench_columns,
                  _merge_rows(benches, columns, rows_t))
 

@@ -73,14 +73,35 @@ def entry(cell: Cell) -> dict[str, Any]:
     return out
 
 
-def make(matrix: Matrix, old: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept."""
-    runs = dict((old or {}).get("runs", {}))
+def make(matrix: Matrix, old: dict[str, Any] | None = None,
+         drop: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept,
+    except the ``drop`` labels (a torch version no longer measured, removed on purpose: the
+    gate counts a kept run that is absent from its inputs as a regression)."""
+    runs = {k: v for k, v in (old or {}).get("runs", {}).items() if k not in drop}
     for run in matrix.runs:
         runs[run.label] = {n: entry(matrix.cell(run.label, n)) for n in matrix.nodeids
                            if matrix.cell(run.label, n).state != "missing"}
     return {"schema_version": SCHEMA_VERSION, "kind": BASELINE_KIND,
             "runs": {label: runs[label] for label in sorted(runs)}}
+
+
+def resolve_drops(names: list[str], baseline: dict[str, Any] | None) -> tuple[str, ...]:
+    """Baseline run labels for ``--drop-baseline-run`` arguments: a whole label, or a torch
+    version (``2.8.0`` or ``2.8.0+cu128``) naming exactly one run. Anything else is a one-line
+    ValueError."""
+    labels = sorted((baseline or {}).get("runs", {}))
+    out = []
+    for name in names:
+        hits = [lb for lb in labels if lb == name or lb.startswith(f"torch {name}+")
+                or lb.startswith(f"torch {name} ")]
+        if len(hits) != 1:
+            raise ValueError(f"--drop-baseline-run {name!r}: "
+                             + ("no baseline run matches" if not hits else
+                                f"matches {len(hits)} runs ({'; '.join(hits)})")
+                             + f"; baseline runs: {'; '.join(labels) or 'none'}")
+        out.append(hits[0])
+    return tuple(out)
 
 
 def _count_ok(n: Any) -> bool:
@@ -230,7 +251,7 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
         if before is None:
             lines.append(f"+ run {label} ({len(after)} cases)")
             continue
-        if after is None:  # make() keeps old runs, so only a hand-made new baseline gets here
+        if after is None:  # make() keeps old runs unless told to drop them (--drop-baseline-run)
             lines.append(f"- run {label}")
             continue
         for nodeid in sorted(set(before) | set(after)):

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the current outcomes to --baseline (runs not given are kept) "
                           "and print the changes it accepts; --fail-on still judges the "
                           "baseline as it was (default: off)")
+    rep.add_argument("--drop-baseline-run", metavar="RUN", action="append", default=[],
+                     help="with --update-baseline: remove this run from the baseline (its whole "
+                          "label, or a torch version naming one run), for a version no longer "
+                          "measured; repeatable (default: none)")
     rep.add_argument("--output", metavar="FILE",
                      help="write the rendered output here, atomically; never one of the inputs "
                           "(default: standard output)")
@@ -157,6 +161,12 @@ def matrix_command(args: argparse.Namespace) -> int:
     baseline = None
     if baseline_path and not (args.update_baseline and not baseline_path.exists()):
         baseline = load_baseline(baseline_path)
+    if args.drop_baseline_run and not args.update_baseline:
+        raise InputError("--drop-baseline-run needs --update-baseline (it changes the baseline)")
+    try:
+        drops = bl.resolve_drops(args.drop_baseline_run, baseline)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     cmp = bl.compare(matrix, baseline) if baseline is not None else None
 
     # Input is good: from here on, write.
@@ -167,7 +177,7 @@ def matrix_command(args: argparse.Namespace) -> int:
     elif text is not None:
         sys.stdout.write(text)
     if args.update_baseline:
-        updated = bl.make(matrix, baseline)
+        updated = bl.make(matrix, baseline, drops)
         _write(baseline_path, json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
         accepted = bl.diff(baseline, updated)
         print(f"syncguard: {baseline_path}: --update-baseline accepted "

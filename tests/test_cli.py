@@ -314,6 +314,41 @@ def test_update_baseline_shows_the_diff_it_accepts(reports, tmp_path, capsys):
     assert f"~ {DECL} on torch 2.11.0+cu130 · NVIDIA H200: clean -> allowed 1 (stream_sync)" in err
 
 
+def test_a_run_no_longer_measured_is_dropped_from_the_baseline_on_purpose(reports, tmp_path, capsys):
+    base = tmp_path / "baseline.json"
+    every = ["report", str(reports / "*.json"), "--baseline", str(base), "--format", "json"]
+    assert cli.main(every + ["--update-baseline", "--allow-mixed-commits"]) == 0
+    rest = ["report", str(reports / "cuda-torch-2.11.0.json"), "--baseline", str(base),
+            "--format", "json"]
+    capsys.readouterr()
+    # without the 2.8.0 and CPU reports their kept baseline runs are regressions ...
+    assert cli.main(rest + ["--fail-on", "regression"]) == 1
+    # ... until they are dropped on purpose (a whole label or a torch version), which the
+    # accepted diff says
+    assert cli.main(rest + ["--update-baseline", "--drop-baseline-run", "2.8.0",
+                            "--drop-baseline-run", "torch 2.13.0+cpu · cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "- run torch 2.8.0+cu128 · NVIDIA H200" in err and "- run torch 2.13.0+cpu · cpu" in err
+    assert sorted(load(base)["runs"]) == ["torch 2.11.0+cu130 · NVIDIA H200"]
+    assert cli.main(rest + ["--fail-on", "regression"]) == 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--drop-baseline-run", "2.8.0"], "--drop-baseline-run needs --update-baseline"),
+    (["--update-baseline", "--drop-baseline-run", "1.0"], "--drop-baseline-run '1.0': no baseline run matches"),
+])
+def test_drop_baseline_run_refuses_bad_input_in_one_line(reports, tmp_path, capsys, extra, message):
+    base = tmp_path / "baseline.json"
+    assert cli.main(["report", str(reports / "cuda-torch-2.8.0.json"), "--baseline", str(base),
+                     "--update-baseline", "--format", "json"]) == 0
+    before = base.read_text()
+    capsys.readouterr()
+    assert cli.main(["report", str(reports / "cuda-torch-2.8.0.json"), "--baseline", str(base),
+                     "--format", "json"] + extra) == 2
+    assert message in error_line(capsys)
+    assert base.read_text() == before
+
+
 # -- fuzz: whatever the input, exit 0 or 2, one line on stderr, nothing written ----------------
 
 from hypothesis import HealthCheck, event, given, settings  # noqa: E402

@@ -48,7 +48,7 @@ def test_cuda_code_runs_unchanged_and_computes_like_the_cpu():
 
 
 def test_item_is_predicted_at_the_users_line_with_the_measured_kind():
-    with predicting("2.13.0") as p:
+    with predicting("2.15.0") as p:
         x = torch.randn(16, device="cuda")
         line = here() + 1
         x.sum().item()
@@ -56,7 +56,7 @@ def test_item_is_predicted_at_the_users_line_with_the_measured_kind():
     (e,) = p.syncs
     assert e.filename == __file__ and e.lineno == line and e.function.startswith("test_item")
     assert e.detectors == ("predict",) and e.thread == threading.current_thread().name
-    assert "rules of torch 2.14.1" in e.note  # nearest measured version to 2.13.0
+    assert "rules of torch 2.14.1" in e.note  # nearest measured version to 2.15.0
     report = p.to_report()
     assert report.detectors == ("predict",) and report.syncs == [e]
 

@@ -45,7 +45,7 @@ def test_a_variant_missing_from_the_evidence_is_left_out_not_a_failure():
     """A variant added after the committed run (triton_device_rows) has a label but no rows:
     the table skips it. One measured at some sizes only shows "–" where it was not."""
     figures = _figures()
-    bench = json.loads((ROOT / "reports/gpu/2.11.0/merge-split-2.11.0.json").read_text())
+    bench = json.loads((ROOT / "reports/atlas-runs/merge-split-2.11.0.json").read_text())
     assert "triton_device_rows" in figures._LABELS
     assert all(r["variant"] != "triton_device_rows" for r in bench["results"])
     table = figures.merge_table(bench)
@@ -63,7 +63,7 @@ def test_a_variant_missing_from_the_evidence_is_left_out_not_a_failure():
 
 
 def _row() -> dict:
-    bench = json.loads((ROOT / "reports/gpu/2.11.0/merge-split-2.11.0.json").read_text())
+    bench = json.loads((ROOT / "reports/atlas-runs/merge-split-2.11.0.json").read_text())
     return next(r for r in bench["results"]
                 if r["variant"] == "masked_scatter" and r["tokens"] == 131072)
 

@@ -19,6 +19,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
+def converted_note(runs) -> str:
+    """Which committed runs are converted older runs (their truth is that run's profile+debug
+    detectors, not a runtime trace): said only where there are any."""
+    old = [r.torch for r in runs if r.environment.get("truth_source", "").startswith("schema-1")]
+    return (f"; {', '.join(old)}: converted older run(s) whose truth is their profile+debug "
+            "detectors") if old else ""
+
+
 HEADER = ("| suite | predicted for torch | compared with (H200 run) | runnable on CPU | "
           "whether syncs | exact kind | line | crashes | with calls not predicted |\n"
           "|---|---|---|---|---|---|---|---|---|")
@@ -86,8 +94,8 @@ def main() -> int:
              f"on torch {torch.__version__} (CPU build) with `syncguard.predict`; every "
              "predicted event is labelled `predict` and names the measured torch whose rules "
              "it used. Ground truth: each committed run's own CUDA runtime trace + sync-debug "
-             "mode (`truth` in reports/atlas-runs/corpus-run-*.json; the 2.14.1 run is a "
-             "converted older run whose truth is its profile+debug detectors). Lines of the "
+             "mode (`truth` in reports/atlas-runs/corpus-run-*.json" + converted_note(runs)
+             + "). Lines of the "
              "committed runs are mapped to today's source by text; a sync counts at the "
              "snippet's line when that line is on its stack (the GPU run records every wait "
              "of a snippet's call at its call line).", "",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MERGE_SPLIT = ROOT / "reports" / "gpu" / "2.11.0" / "merge-split-2.11.0.json"
+MERGE_SPLIT = ROOT / "reports" / "atlas-runs" / "merge-split-2.11.0.json"
 OVERHEAD = ROOT / "reports" / "gpu" / "2.11.0" / "overhead-2.11.0.json"
 HOST_SIZE = (131072, 8192)  # host time and peak memory are shown at the largest size
 
