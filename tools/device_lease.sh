@@ -46,7 +46,8 @@ realsuite)
   G=$1; DIR=$2; shift 2
   cd /tmp/tree
   ls .devtree/*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .devtree/*.whl
-  export PYTHONPATH=/tmp/site SYNCGUARD_REAL_SUITE=/tmp/tree/$DIR SYNCGUARD_REAL_ARGS="$*"
+  OPTS=""; for a in "$@"; do [ -e "/tmp/tree/$DIR/$a" ] || OPTS="$OPTS $a"; done  # no test paths
+  export PYTHONPATH=/tmp/site SYNCGUARD_REAL_SUITE=/tmp/tree/$DIR SYNCGUARD_REAL_ARGS="$*" SYNCGUARD_REAL_OPTIONS="$OPTS"
   queue "$G" realsuite "tools/gpu_suite.sh /tmp/r/realsuite realsuite"
   ;;
 run)

@@ -56,9 +56,11 @@ if [ "$what" = extras ] || [ "$what" = full ]; then
   done
 fi
 # realsuite: an open-source project's own GPU tests, bare vs --syncguard (tools/real_suite.py);
-# SYNCGUARD_REAL_SUITE names its tree, SYNCGUARD_REAL_ARGS its pytest arguments
+# SYNCGUARD_REAL_SUITE names its tree, SYNCGUARD_REAL_ARGS its pytest arguments,
+# SYNCGUARD_REAL_OPTIONS the same without test paths (for the recheck of the tests that differed)
 if [ "$what" = realsuite ]; then
   step "real-suite-$ver" $py tools/real_suite.py run "${SYNCGUARD_REAL_SUITE:?}" "$out/real-suite" 2 -- ${SYNCGUARD_REAL_ARGS:?}
+  step "real-suite-recheck-$ver" $py tools/real_suite.py recheck "$SYNCGUARD_REAL_SUITE" "$out/real-suite" 3 -- ${SYNCGUARD_REAL_OPTIONS:--p no:cacheprovider -q}
 fi
 # devrows: the device-side row variant (cases/device_rows.py), first measured: its cases under
 # syncguard, the device/host split of every variant (both copy placements), where the host time

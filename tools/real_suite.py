@@ -10,6 +10,13 @@
       The comparison: outcomes (must be identical), wall time and peak RSS (median of rounds,
       ratio), report size, and the top 10 in-scope sync sites. Reads what ``run`` wrote.
 
+  python tools/real_suite.py recheck SUITE_DIR OUT TIMES -- PYTEST_OPTIONS...
+      The tests whose outcome differed under syncguard in ``run`` (not syncguard's own verdicts),
+      alone, TIMES times bare and TIMES times with ``--syncguard`` (record mode), interleaved:
+      does the difference reproduce, or is the test flaky either way? PYTEST_OPTIONS are the
+      options without test paths (the test ids are added). Writes OUT/recheck.json; ``summarize``
+      then shows it.
+
 Why from outside: the numbers must include what syncguard costs the whole pytest process
 (plugin load, report writing), not only what a region sees.
 """
@@ -98,6 +105,81 @@ def run(args) -> int:
     return 0
 
 
+def differing(out: Path) -> list[str]:
+    """JUnit keys whose outcome in some syncguard round differs from bare round 1 for a reason
+    other than syncguard's own verdict (the "other differences" of the summary)."""
+    doc = json.loads((out / "real-suite.json").read_text())
+    ref = junit_outcomes(_read(out, "bare-1.xml"))
+    keys: dict[str, None] = {}
+    for r in doc["rounds"]:
+        if r["mode"] != "syncguard":
+            continue
+        got = junit_outcomes(_read(out, f"{r['name']}.xml"))
+        for k in sorted(ref.keys() | got.keys()):
+            before, after = ref.get(k, ("absent", "")), got.get(k, ("absent", ""))
+            if before[0] != after[0] and not (before[0] == "passed"
+                                               and after[1].startswith(SYNCGUARD_VERDICT)):
+                keys.setdefault(k, None)
+    return list(keys)
+
+
+def node_id(suite: Path, key: str) -> str:
+    """JUnit ``pkg.mod.Class::test[param]`` -> pytest's ``pkg/mod.py::Class::test[param]``: the
+    longest dotted prefix that is a file of the suite is the module."""
+    classname, name = key.split("::", 1)
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = Path(*parts[:cut]).with_suffix(".py")
+        if (suite / path).is_file():
+            return "::".join([path.as_posix(), *parts[cut:], name])
+    raise ValueError(f"no test file of {suite} matches {key!r}")
+
+
+def recheck(args) -> int:
+    suite, out = Path(args.suite).resolve(), Path(args.out).resolve()
+    keys = differing(out)
+    ids = {k: node_id(suite, k) for k in keys}
+    seen: dict[str, dict[str, list[str]]] = {k: {"bare": [], "syncguard": []} for k in keys}
+    for i in range(1, args.times + 1) if keys else ():
+        for mode in ("bare", "syncguard"):
+            xml = out / f"recheck-{mode}-{i}.xml"
+            extra = (["--syncguard", "--syncguard-mode=record"] if mode == "syncguard"
+                     else ["-p", "no:syncguard"])
+            with open(out / f"recheck-{mode}-{i}.log", "w") as f:
+                subprocess.call([sys.executable, "-m", "pytest", *args.pytest_args, *extra,
+                                 f"--junitxml={xml}", *ids.values()],
+                                cwd=suite, stdout=f, stderr=subprocess.STDOUT)
+            got = junit_outcomes(xml.read_bytes()) if xml.exists() else {}
+            for k in keys:
+                seen[k][mode].append(got.get(k, ("absent",))[0])
+    (out / "recheck.json").write_text(json.dumps(
+        {"times": args.times, "pytest_args": args.pytest_args,
+         "tests": [{"key": k, "nodeid": ids[k], **seen[k]} for k in keys]}, indent=1))
+    print(f"rechecked {len(keys)} test(s) {args.times} time(s) each way: {out / 'recheck.json'}")
+    return 0
+
+
+def recheck_verdict(bare: list[str], syncguard: list[str]) -> str:
+    if len(set(bare)) > 1 or len(set(syncguard)) > 1:
+        return "flaky (mixed outcomes within a mode)"
+    if bare == syncguard:
+        return "did not reproduce (same outcome both ways)"
+    return "reproduces: syncguard changes the outcome"
+
+
+def _recheck_lines(out: Path) -> list[str]:
+    path = out / "recheck.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    lines = ["", f"## Rechecked: the differing tests alone, {doc['times']} time(s) each way", "",
+             "| test | bare | syncguard (record mode) | verdict |", "|---|---|---|---|"]
+    for t in doc["tests"]:
+        lines.append(f"| `{t['nodeid']}` | {', '.join(t['bare'])} | {', '.join(t['syncguard'])} | "
+                     f"{recheck_verdict(t['bare'], t['syncguard'])} |")
+    return lines if doc["tests"] else lines[:2] + ["No test differed: nothing to recheck."]
+
+
 def summarize(args) -> int:
     out = Path(args.out)
     doc = json.loads((out / "real-suite.json").read_text())
@@ -166,6 +248,7 @@ def summarize(args) -> int:
     lines += ["", "## Top 5 outside-scope sites (counted, never failing)", "",
               "| site | syncs |", "|---|---|"]
     lines += [f"| `{w}` | {n} |" for w, n in outside.most_common(5)]
+    lines += _recheck_lines(out)
     text = "\n".join(lines) + "\n"
     if args.md:
         Path(args.md).write_text(text)
@@ -186,13 +269,18 @@ def main(argv=None) -> int:
     r.add_argument("out")
     r.add_argument("rounds", type=int)
     r.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    c = sub.add_parser("recheck")
+    c.add_argument("suite")
+    c.add_argument("out")
+    c.add_argument("times", type=int)
+    c.add_argument("pytest_args", nargs=argparse.REMAINDER)
     s = sub.add_parser("summarize")
     s.add_argument("out")
     s.add_argument("--md")
     a = ap.parse_args(argv)
-    if a.cmd == "run":
+    if a.cmd in ("run", "recheck"):
         a.pytest_args = [x for x in a.pytest_args if x != "--"]
-        return run(a)
+        return run(a) if a.cmd == "run" else recheck(a)
     return summarize(a)
 
 
