@@ -306,8 +306,75 @@ def backward(out):
     out["engine_restored"] = type(Variable.__dict__["_execution_engine"]).__name__ != "_EngineProxy"
 
 
+def profile_threads(out):
+    """Issue 13: with ``profile`` among the detectors, another thread's syncs made while this
+    thread's region is open must not reach it (they once did, as thread MainThread)."""
+    torch = _torch()
+    import syncguard
+
+    x = torch.ones(4, device="cuda")
+    go, done = threading.Event(), threading.Event()
+
+    def worker():
+        go.wait()
+        for _ in range(20):
+            x.sum().item()
+        torch.cuda.synchronize()
+        done.set()
+
+    t = threading.Thread(target=worker, name="bg-noise")
+    t.start()
+    with syncguard.audit(detectors="debug,trace,profile") as rep:
+        go.set()
+        done.wait()
+        x.sum().item()  # L-MAIN-ITEM
+    t.join()
+    out["events"] = _events(rep)
+    out["notes"] = rep.notes
+    src = open(__file__).read().splitlines()
+    out["main_line"] = next(i for i, t in enumerate(src, 1) if t.endswith("# L-MAIN-ITEM"))
+
+
+def _capture_and_replay(torch, x):
+    """Capture ``y = x * 2 + 1`` into a graph and replay it twice with new input; the outputs."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            y = x * 2 + 1
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = x * 2 + 1
+    got = []
+    for v in (3.0, 5.0):
+        x.fill_(v)
+        g.replay()
+        got.append(y.clone())
+    torch.cuda.synchronize()
+    return [t.cpu().tolist() for t in got]
+
+
+def graph_capture_all_detectors(out):
+    """Issue 13: capture and replay under every detector at once (races included) give what
+    they give without syncguard, and no CUDA call of syncguard's breaks the capture."""
+    torch = _torch()
+    import syncguard
+
+    out["bare"] = _capture_and_replay(torch, torch.ones(64, device="cuda"))
+    x = torch.ones(64, device="cuda")
+    with syncguard.audit(detectors="cuda,debug,trace,profile", races=True) as rep:
+        got = _capture_and_replay(torch, x)
+    out["audited"] = got
+    out["detectors"] = list(rep.detectors)
+    out["events"] = _events(rep)
+    out["notes"] = rep.notes
+    out["races"] = [str(r) for r in rep.races]
+
+
 SCENARIOS = {f.__name__: f for f in (error_mode, exception_types, kinds, threads, profiler_inside,
-                                     profiler_first, compile_phase, graph_capture, backward)}
+                                     profiler_first, compile_phase, graph_capture, backward,
+                                     profile_threads, graph_capture_all_detectors)}
 
 
 def main(argv) -> int:

@@ -105,3 +105,50 @@ def test_readme_fixture_example_on_the_gpu(pytester, run):
     assert (t["test_part"]["outcome"], t["test_part"]["audit"]) == ("passed", "clean")
     assert t["test_part_syncs"]["outcome"] == "failed" and t["test_part_syncs"]["syncs"]
     assert t["test_whole"]["audit"] == "syncs" and t["test_whole"]["outcome"] == "failed"
+
+
+PROJECT_OWN_CHECK = """
+    import pytest, torch
+
+    SEEN = []  # the mode each test found before the fixture armed it
+
+    @pytest.fixture(autouse=True)
+    def sync_check():  # the cudnn-frontend / VLLM_GPU_SYNC_CHECK=error pattern
+        before = torch.cuda.get_sync_debug_mode()
+        SEEN.append(before)
+        torch.cuda.set_sync_debug_mode("error")
+        yield
+        torch.cuda.set_sync_debug_mode(before)
+"""
+
+
+def test_a_projects_own_error_mode_check_works_beside_the_plugin(pytester, run):
+    """Issue 13: a conftest that arms sync-debug "error" around each test, under
+    ``pytest --syncguard``: the project's RuntimeError surfaces unchanged, the mode is restored
+    after each test, and syncguard still records what it saw."""
+    pytester.makeconftest(PROJECT_OWN_CHECK)
+    pytester.makepyfile(test_m="""
+        import pytest, torch
+
+        def test_the_projects_check_raises_its_own_error():
+            x = torch.ones(4, device="cuda")
+            with pytest.raises(RuntimeError, match="called a synchronizing CUDA operation"):
+                x.sum().item()
+
+        def test_the_mode_is_armed_inside_each_test():
+            assert torch.cuda.get_sync_debug_mode() == 2
+
+        def test_sync_free_code_passes():
+            (torch.ones(4, device="cuda") * 2).sum()
+
+        def test_zz_the_mode_was_restored_between_tests():
+            import conftest
+            # every test found the mode off before its fixture armed it: restored each time
+            assert conftest.SEEN == [0, 0, 0, 0]
+    """)
+    res = run("--syncguard", "--syncguard-mode=record", "--syncguard-report=r.json")
+    res.assert_outcomes(passed=4)
+    assert "SystemError" not in res.stdout.str() + res.stderr.str()
+    t = _tests(pytester)
+    assert t["test_sync_free_code_passes"]["audit"] == "clean"
+    assert t["test_the_projects_check_raises_its_own_error"]["audit"] in ("clean", "syncs")

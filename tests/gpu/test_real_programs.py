@@ -115,3 +115,16 @@ def test_syncs_in_a_cuda_backward_pass_reach_the_callers_region(tmp_path):
     (e,) = d["events"]
     assert e["line"] == d["py_backward_line"] and e["thread"].startswith("autograd engine")
     assert d["engine_restored"]
+
+
+def test_profile_detector_keeps_other_threads_syncs_out_of_the_region(tmp_path):
+    d = run("profile_threads", tmp_path)
+    assert [e["line"] for e in d["events"]] == [d["main_line"]], d["events"]
+    assert {e["thread"] for e in d["events"]} == {"MainThread"}
+
+
+def test_graph_capture_with_every_detector_on_gives_the_bare_results(tmp_path):
+    d = run("graph_capture_all_detectors", tmp_path)
+    assert d["audited"] == d["bare"]
+    assert "races" in d["detectors"] and d["races"] == []
+    assert all(e["phase"] in ("graph_capture", "run") for e in d["events"]), d["events"]
