@@ -244,6 +244,15 @@ def test_judging_counts_kind_memory_line_and_threads():
     assert (b["kind"], b["kind_memory"], b["lines_ok"]) == (True, False, 0)
     c = cr.judge(case, truth, {"syncs": [], "allowed": []})
     assert (c["syncs"], c["kind"]) == (False, False)
+    # a sync in the snippet's own helper (a compiled function's .item() at a graph break) is on
+    # the snippet's line when that line called it; one in another file below it is not
+    site = f"{case['file']}:10 in snippet"
+    helper = dict(right, lineno=165, stack=[f"{case['file']}:165 in helper", site])
+    assert cr.judge(case, truth, {"syncs": [helper], "allowed": []})["lines_ok"] == 1
+    elsewhere = dict(helper, file="/site-packages/torch/x.py")
+    assert cr.judge(case, truth, {"syncs": [elsewhere], "allowed": []})["lines_ok"] == 0
+    unrelated = dict(helper, stack=[f"{case['file']}:165 in helper", f"{case['file']}:99 in other"])
+    assert cr.judge(case, truth, {"syncs": [unrelated], "allowed": []})["lines_ok"] == 0
 
 
 def test_converted_runs_keep_what_the_old_run_recorded():

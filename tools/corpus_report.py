@@ -363,12 +363,15 @@ def _key(kind: str, memory: str | None, with_memory: bool) -> str:
 
 
 def _line_ok(case: dict, e: dict) -> bool:
+    """On the snippet's line; or on a line of user code the snippet's line called (its own
+    file's helper, e.g. a compiled function's ``.item()`` at a graph break, or cases/ for the
+    cases corpus), with the snippet's line below it on the stack: the innermost user frame is
+    where syncguard attributes a sync, and it is the snippet's own code."""
     site = f"{case['file']}:{case['line']}"
     if e.get("file") == case["file"] and e.get("lineno") == case["line"]:
         return True
-    # cases/: the first user frame is inside cases/, the snippet's line below it
-    return case["corpus"] == "cases" and any(s.startswith(site + " ") or s == site
-                                             for s in e.get("stack") or ())
+    users_code = e.get("file") == case["file"] or case["corpus"] == "cases"
+    return users_code and any(s.startswith(site + " ") or s == site for s in e.get("stack") or ())
 
 
 def judge(case: dict, truth: dict, det: dict) -> dict:
