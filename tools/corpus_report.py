@@ -112,6 +112,12 @@ def invoke(case: dict, st, region) -> None:
             case["fn"](st)
 
 
+def warm(case: dict, made: dict) -> None:
+    """Step 1: the snippet twice outside any region (lazy initialisation is not audited)."""
+    for _ in range(2):
+        invoke(case, made[case["corpus"]], contextlib.nullcontext())
+
+
 def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
 
@@ -437,11 +443,7 @@ def run() -> dict:
                       "source": c["source"],
                       "error": None, "truth": None, "detectors": {}, "agreement": {}}
             for c in todo}
-    def warm(c):
-        for _ in range(2):
-            invoke(c, made[c["corpus"]], contextlib.nullcontext())
-
-    for cid, got in each("1. warm-up", todo, warm).items():
+    for cid, got in each("1. warm-up", todo, lambda c: warm(c, made)).items():
         if got and "error" in got:
             rows[cid]["error"] = f"warm-up: {got['error']}"
     live = [c for c in todo if rows[c["id"]]["error"] is None]
@@ -516,8 +518,7 @@ def child_truth(ids: list[str]) -> dict:
     out = {}
     for c in todo:
         try:
-            for _ in range(2):
-                invoke(c, made[c["corpus"]], contextlib.nullcontext())
+            warm(c, made)
             torch.cuda.synchronize()
             out[c["id"]] = dict(measure_truth(c, made[c["corpus"]]), process="child")
         except Exception as e:  # noqa: BLE001 - recorded per snippet

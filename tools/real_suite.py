@@ -105,21 +105,25 @@ def run(args) -> int:
     return 0
 
 
+def differences(ref: dict, got: dict) -> tuple[list[str], list[str], list[str]]:
+    """(changed, syncguard's verdicts, other) between two rounds' JUnit outcomes. In fail mode
+    (the plugin's default) a test whose body passed but synced fails with syncguard's own
+    verdict: counted apart, so "other" says whether syncguard changed anything *else*."""
+    changed = sorted(k for k in ref.keys() | got.keys()
+                     if ref.get(k, ("absent",))[0] != got.get(k, ("absent",))[0])
+    verdicts = [k for k in changed if ref.get(k, ("",))[0] == "passed"
+                and got.get(k, ("", ""))[1].startswith(SYNCGUARD_VERDICT)]
+    return changed, verdicts, [k for k in changed if k not in verdicts]
+
+
 def differing(out: Path) -> list[str]:
-    """JUnit keys whose outcome in some syncguard round differs from bare round 1 for a reason
-    other than syncguard's own verdict (the "other differences" of the summary)."""
+    """JUnit keys with an "other" difference from bare round 1 in some syncguard round."""
     doc = json.loads((out / "real-suite.json").read_text())
     ref = junit_outcomes(_read(out, "bare-1.xml"))
     keys: dict[str, None] = {}
     for r in doc["rounds"]:
-        if r["mode"] != "syncguard":
-            continue
-        got = junit_outcomes(_read(out, f"{r['name']}.xml"))
-        for k in sorted(ref.keys() | got.keys()):
-            before, after = ref.get(k, ("absent", "")), got.get(k, ("absent", ""))
-            if before[0] != after[0] and not (before[0] == "passed"
-                                               and after[1].startswith(SYNCGUARD_VERDICT)):
-                keys.setdefault(k, None)
+        if r["mode"] == "syncguard":
+            keys.update(dict.fromkeys(differences(ref, junit_outcomes(_read(out, f"{r['name']}.xml")))[2]))
     return list(keys)
 
 
@@ -187,9 +191,7 @@ def summarize(args) -> int:
     lines = [f"# {Path(doc['suite']).name}: its own GPU tests, bare vs `pytest --syncguard`", "",
              f"torch {doc.get('torch')}, {doc.get('gpu')}; pytest args: "
              f"`{' '.join(doc['pytest_args'])}`; rounds interleaved bare/syncguard.", ""]
-    # outcomes: every round of each mode against bare round 1. In fail mode (the plugin's
-    # default) a test whose body passed but synced fails with syncguard's own verdict: those are
-    # counted apart, so the comparison says whether syncguard changed anything *else*.
+    # outcomes: every round of each mode against bare round 1 (see differences)
     ref = junit_outcomes(_read(out, "bare-1.xml"))
     counts = Counter(o for o, _ in ref.values())
     lines += [f"**Tests:** {len(ref)} ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}).", "",
@@ -197,12 +199,7 @@ def summarize(args) -> int:
               "of which syncguard's own verdict (a sync in fail mode) | other differences |",
               "|---|---|---|---|---|---|---|"]
     for r in rounds:
-        got = junit_outcomes(_read(out, f"{r['name']}.xml"))
-        changed = sorted(k for k in ref.keys() | got.keys()
-                         if ref.get(k, ("absent",))[0] != got.get(k, ("absent",))[0])
-        verdicts = [k for k in changed if ref.get(k, ("",))[0] == "passed"
-                    and got.get(k, ("", ""))[1].startswith(SYNCGUARD_VERDICT)]
-        other = [k for k in changed if k not in verdicts]
+        changed, verdicts, other = differences(ref, junit_outcomes(_read(out, f"{r['name']}.xml")))
         lines.append(f"| {r['name']} | {r['rc']} | {r['wall_s']} | {r['peak_rss_mib']} | "
                      f"{len(changed)} | {len(verdicts)} | {len(other)}"
                      f"{': ' + ', '.join(other[:5]) if other else ''} |")
