@@ -372,9 +372,85 @@ def graph_capture_all_detectors(out):
     out["races"] = [str(r) for r in rep.races]
 
 
+_SYNC_NAMES = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+
+
+def _profiler_rows(events):
+    """The profiler's own view of the runtime calls that may sync: thread, times, parent chain."""
+    rows = []
+    for e in events:
+        if e.name not in _SYNC_NAMES or str(e.device_type).endswith("CUDA"):
+            continue
+        chain, p = [], e.cpu_parent
+        while p is not None:
+            chain.append(p.name[:80])
+            p = p.cpu_parent
+        rows.append(dict(name=e.name, thread=e.thread, start=e.time_range.start,
+                         end=e.time_range.end, is_async=e.is_async, chain=chain))
+    return rows
+
+
+def _kineto_rows(prof):
+    """The same calls as Kineto handed them to torch (before the event tree is built)."""
+    rows = []
+    for k in prof.profiler.kineto_results.events():
+        if k.name() in _SYNC_NAMES or k.name().startswith(("aten::_local_scalar", "aten::copy_")):
+            rows.append(dict(name=k.name(), start_tid=k.start_thread_id(), end_tid=k.end_thread_id(),
+                             device=str(k.device_type()), corr=k.correlation_id(),
+                             linked=k.linked_correlation_id(), start_ns=k.start_ns(),
+                             dur_ns=k.duration_ns()))
+    return rows
+
+
+def profile_links(out):
+    """Every sync of one profiled region is linked to its op and line, not only the first (on
+    torch 2.13.0 and 2.14.1 only a region's first sync was: the matrix's
+    test_declared_sync[index_put_gpu_mask-default] at 973d48e). The profiler's own rows are kept
+    so that a failure shows why."""
+    torch = _torch()
+    import syncguard
+    from syncguard import detect
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(4096, device="cuda")
+    x.cpu(), x.sum().item(), x[:100].cpu()
+    torch.cuda.synchronize()
+    seen, original = [], detect.records_from_profiler
+
+    def spy(events):
+        events = list(events)
+        seen.extend(_profiler_rows(events))
+        return original(events)
+
+    detect.records_from_profiler = spy
+    try:
+        with syncguard.audit(detectors="debug,trace,profile") as rep:
+            with syncguard.allow("a set-up scope, as the cases' _setup"):
+                x.cpu()  # L-LINK-1
+                x.sum().item()  # L-LINK-2
+            x[:100].cpu()  # L-LINK-3
+    finally:
+        detect.records_from_profiler = original
+    out["events"] = [dict(ev, op=e.op) for ev, e in zip(_events(rep), rep.syncs + rep.allowed)]
+    out["notes"] = rep.notes
+    out["seen"] = seen
+    src = open(__file__).read().splitlines()
+    out["lines"] = [next(i for i, t in enumerate(src, 1) if t.endswith(f"# L-LINK-{k}"))
+                    for k in (1, 2, 3)]
+    for stack in (False, True):  # the bare profiler over the same three syncs, for comparison
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     with_stack=stack) as prof:
+            x.cpu()
+            x.sum().item()
+            x[:100].cpu()
+        out[f"bare_with_stack_{stack}"] = _profiler_rows(prof.events())
+        out[f"kineto_with_stack_{stack}"] = _kineto_rows(prof)
+
+
 SCENARIOS = {f.__name__: f for f in (error_mode, exception_types, kinds, threads, profiler_inside,
                                      profiler_first, compile_phase, graph_capture, backward,
-                                     profile_threads, graph_capture_all_detectors)}
+                                     profile_threads, graph_capture_all_detectors,
+                                     profile_links)}
 
 
 def main(argv) -> int:

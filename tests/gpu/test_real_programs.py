@@ -128,3 +128,13 @@ def test_graph_capture_with_every_detector_on_gives_the_bare_results(tmp_path):
     assert d["audited"] == d["bare"]
     assert "races" in d["detectors"] and d["races"] == []
     assert all(e["phase"] in ("graph_capture", "run") for e in d["events"]), d["events"]
+
+
+def test_profile_detector_links_every_sync_of_a_region(tmp_path):
+    d = run("profile_links", tmp_path)
+    got = sorted((e["line"], e["kind"], e["op"], "profile" in e["detectors"]) for e in d["events"])
+    l1, l2, l3 = d["lines"]
+    # .cpu() is a device-to-host copy the host waits for; .item() reads one element the same way
+    assert got == [(l1, "blocking_copy_d2h", "aten::copy_", True),
+                   (l2, "blocking_copy_d2h", "aten::_local_scalar_dense", True),
+                   (l3, "blocking_copy_d2h", "aten::copy_", True)], d
