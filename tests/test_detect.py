@@ -466,3 +466,33 @@ def test_a_sync_seen_by_cuda_and_a_torch_hook_is_one_event():
     out = merge_with_cuda([(cu, (), None)], [(dbg, (), None), (other, (), None)])
     assert [(e.kind, e.detectors) for e, _, _ in out] == [
         ("blocking_copy_d2h", ("cuda", "debug")), ("stream_sync", ("debug",))]
+
+
+def _pev(name, start, end, parent=None, thread=1):
+    return types.SimpleNamespace(name=name, device_type="DeviceType.CPU", cpu_parent=parent,
+                                 thread=thread, time_range=types.SimpleNamespace(start=start, end=end),
+                                 kernels=[], stack=[])
+
+
+def test_markers_count_by_thread_and_time_where_the_event_tree_cut_them():
+    """Shaped like the profiler's rows on torch 2.14.1 (reports/probes/profile-links-5ead7bd/): a
+    marker opened inside one Python call is cut from the event tree where that call returns, so
+    a sync below it lacks the outer marker, and a later sync lacks every marker. Fake events:
+    plumbing only; the GPU scenario profile_links proves it on the device."""
+    region = _pev("syncguard::region#1", 0, 100)
+    allow = _pev("syncguard::allow#2", 10, 50)  # cut: no parent
+    py = _pev("<built-in method cpu of Tensor object at 0x1>", 20, 30, allow)
+    to = _pev("aten::to", 21, 29, py)
+    item = _pev("aten::_local_scalar_dense", 60, 62)  # cut: no marker above it at all
+    bg_op = _pev("aten::_local_scalar_dense", 70, 76, thread=2)  # another thread's op
+    events = [region, allow, py, to, item, bg_op,
+              _pev("cudaStreamSynchronize", 25, 26, to),
+              _pev("cudaStreamSynchronize", 61, 62, item),
+              _pev("cudaStreamSynchronize", 71, 72, bg_op),
+              _pev("cudaDeviceSynchronize", 200, 201)]  # the profiler stopping, after the region
+    got = [(r.start_us, tuple(a for a in r.ancestors if a.startswith(detect.MARKER)))
+           for r in detect.records_from_profiler(events)]
+    assert got == [(25, ("syncguard::allow#2", "syncguard::region#1")),
+                   (61, ("syncguard::region#1",)), (71, ()), (200, ())]
+    (first, *_) = classify(detect.records_from_profiler(events))
+    assert first.ops == ("aten::to",) and first.markers == ("syncguard::allow#2", "syncguard::region#1")

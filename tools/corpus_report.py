@@ -52,6 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from syncguard.atlas import wait_text  # noqa: E402  (one spelling of a cell, shared)
+from syncguard.detect import inside_marker  # noqa: E402  (one rule for "inside a marker")
 
 SCHEMA = "syncguard-corpus-run"
 SCHEMA_VERSION = 2
@@ -148,14 +149,6 @@ def _ops(e, marker) -> list:
     return chain[::-1]
 
 
-def _inside(e, marker) -> bool:
-    p = e.cpu_parent
-    while p is not None:
-        if p is marker:
-            return True
-        p = p.cpu_parent
-    t0, t1 = marker.time_range.start, marker.time_range.end
-    return e.thread == marker.thread and t0 <= e.time_range.start <= t1
 
 
 def read_trace(events) -> dict:
@@ -170,7 +163,7 @@ def read_trace(events) -> dict:
     marker = markers[0]
     device_copies = {e.id: e.name for e in events if _device_event(e) and "Memcpy" in e.name}
     runtime = sorted((e for e in events if not _device_event(e) and e.name.startswith("cuda")
-                      and _inside(e, marker)), key=lambda e: e.time_range.start)
+                      and inside_marker(e, marker)), key=lambda e: e.time_range.start)
     calls = Counter(e.name for e in runtime)
     waits, pending, nth = [], {}, Counter()
     for e in runtime:
