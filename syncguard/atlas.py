@@ -111,6 +111,7 @@ class Atlas:
     transitions: tuple[str, ...]
     bench_columns: tuple[str, ...] = ()  # "torch · GPU · file" of each merge benchmark run
     merges: tuple[MergeRow, ...] = ()
+    unstable: tuple[str, ...] = ()  # rows whose value returns after changing: not transitions
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +213,29 @@ def _transitions(row: Row, columns: tuple[Column, ...]) -> list[str]:
     return said
 
 
+def _returns(row: Row) -> bool:
+    """Whether a row's measured value comes back after changing (A, B, A across versions).
+
+    torch does not undo a change one release later and redo it the next; such a row varies from
+    run to run (each version is another process with its own allocator history: the cudaFree
+    count of a CUDA graph capture, measured at 0133499), so its changes are not transitions."""
+    seen, last = [], None
+    for c in row.cells:
+        if not (c.measured and c.error is None) or c.waits == last:
+            continue
+        if c.waits in seen:
+            return True
+        seen.append(c.waits)
+        last = c.waits
+    return False
+
+
+def _unstable(row: Row, columns: tuple[Column, ...]) -> str:
+    return f"{row.label}: " + "; ".join(
+        f"{'sync-free' if c.waits == 'clean' else c.waits} on {col.label}"
+        for col, c in zip(columns, row.cells) if c.measured and c.error is None)
+
+
 def _alternative_status(alt: Alternative, by_id: dict[str, tuple[Cell, ...]],
                         columns: tuple[Column, ...]) -> str:
     cells = by_id.get(alt.checked_by)
@@ -288,12 +312,13 @@ def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
         status = _alternative_status(alt, cells, columns) if alt else ""
         rows.append(Row(i, label, cells[i], alt, status))
     rows_t = tuple(rows)
-    said = [t for r in rows_t for t in _transitions(r, columns)]
+    said = [t for r in rows_t if not _returns(r) for t in _transitions(r, columns)]
+    unstable = tuple(_unstable(r, columns) for r in rows_t if _returns(r))
     # transitions to or from sync-free first: those are the ones users ask about
     said.sort(key=lambda t: "sync-free" not in t)
     bench_columns = tuple(_bench_column(p, d["environment"]) for p, d in benches)
     return Atlas(columns, rows_t, tuple(said), bench_columns,
-                 _merge_rows(benches, columns, rows_t))
+                 _merge_rows(benches, columns, rows_t), unstable)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +337,11 @@ def render_markdown(atlas: Atlas) -> str:
            f"runtime API (aten op). {CHANGED} marks a cell that differs from the previous "
            "measured version.", "", "## Transitions", ""]
     out += [f"- {_md(t)}" for t in atlas.transitions] or ["- none between the measured versions"]
+    if atlas.unstable:
+        out += ["", "## Not transitions: values that return after changing", "",
+                "A value that changes and later comes back varies from run to run (each version "
+                "is another process); torch did not make these changes:", ""]
+        out += [f"- {_md(t)}" for t in atlas.unstable]
     out += ["", "## Runs", "",
             "| torch | CUDA | GPU | driver | commit | sources | measured | ground truth | "
             "default detectors vs ground truth | file |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -351,6 +381,7 @@ def to_json(atlas: Atlas) -> dict[str, Any]:
     return {
         "schema": "syncguard-atlas", "schema_version": ATLAS_SCHEMA_VERSION,
         "transitions": list(atlas.transitions),
+        "unstable": list(atlas.unstable),
         "columns": [c.__dict__ | {"label": c.label} for c in atlas.columns],
         "rows": [{"id": r.id, "label": r.label,
                   "cells": [{"measured": c.measured, "waits": c.waits, "via": c.via,
@@ -391,7 +422,9 @@ def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
         return render_json(atlas)
     from rich.console import Console
 
-    lines = "\n".join(["Transitions:"] + [f"  {t}" for t in atlas.transitions]) + "\n"
+    lines = "\n".join(["Transitions:"] + [f"  {t}" for t in atlas.transitions]
+                      + (["Not transitions (values return after changing):"]
+                         + [f"  {t}" for t in atlas.unstable] if atlas.unstable else [])) + "\n"
     if to_terminal:
         console = Console()
         console.print(lines, markup=False)

@@ -326,3 +326,19 @@ def test_one_failing_snippet_does_not_stop_a_pass(capsys):
     got = cr.each("pass", [{"id": "a"}, {"id": "b"}, {"id": "c"}], fn)
     assert got == {"a": {"ok": "a"}, "b": {"error": "ValueError: bad"}, "c": {"ok": "c"}}
     assert capsys.readouterr().out.startswith("pass: 3 snippets, 1 failed")
+
+
+def test_a_value_that_returns_after_changing_is_not_a_transition():
+    """A, B, A across versions is run-to-run variation (each version another process), not two
+    torch changes; it is listed apart, with every measured value."""
+    free = {"kind": "implicit_free", "direction": None, "memory": None, "api": "cudaFree", "op": None}
+    runs = [("a", _run("2.8.0", {"library/g": [free, free]})),
+            ("b", _run("2.9.0", {"library/g": [free]})),
+            ("c", _run("2.10.0", {"library/g": [free, free]})),
+            ("d", _run("2.11.0", {"library/h": [H2D]})),
+            ("e", _run("2.12.0", {"library/h": []}))]
+    built = atlas.build(runs)
+    assert [t.split(":")[0] for t in built.transitions] == ["`library/h`"]
+    assert len(built.unstable) == 1 and built.unstable[0].startswith("`library/g`: ")
+    assert built.unstable[0].count(" on 2.") == 3
+    assert "Not transitions" in atlas.render_markdown(built)

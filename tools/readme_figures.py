@@ -120,9 +120,14 @@ def atlas_transitions() -> str:
 
     runs = sorted((ROOT / "reports" / "atlas-runs").glob("*.json"))
     built = atlas.build((str(p), atlas.load_run(str(p))) for p in runs)
-    out = [f"From {len(runs)} corpus runs ({', '.join(c.label for c in built.columns)}; "
+    out = [f"From {len(built.columns)} corpus runs ({', '.join(c.label for c in built.columns)}; "
            "[reports/atlas.md](reports/atlas.md) has every pattern, cell and provenance):", ""]
-    return "\n".join(out + ([f"- {t}" for t in built.transitions] or ["- no transition"]))
+    out += [f"- {t}" for t in built.transitions] or ["- no transition"]
+    if built.unstable:
+        out += ["", f"Not counted as transitions: {len(built.unstable)} pattern(s) whose value "
+                "returns after changing (run-to-run variation; the atlas lists them): "
+                + ", ".join(u.split(":", 1)[0] for u in built.unstable) + "."]
+    return "\n".join(out)
 
 
 BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
