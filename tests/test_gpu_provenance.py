@@ -26,3 +26,6 @@ def test_a_step_result_is_read_from_its_own_log(tmp_path, monkeypatch):
     lines = gp.folder(d)
     assert "| `cases-9.9.9` | 1 | 12 | 2 failed, 3 passed in 1.0s |" in lines
     assert "| `mutation-9.9.9` | 0 | 3 | # caught 4, not caught 0, of 4 mutants |" in lines
+    # a step cut off mid-run left its log and no record: shown as not finished, never as passed
+    (d / "tests-gpu-9.9.9.log").write_text("....\n")
+    assert any(x.startswith("| `tests-gpu-9.9.9` | – | – | did not finish") for x in gp.folder(d))

@@ -34,13 +34,21 @@ def folder(d: Path) -> list[str]:
     gpu = (d / "gpu.txt").read_text().splitlines() if (d / "gpu.txt").is_file() else []
     out = [f"## {d.name}", "", "`gpu.txt`: " + " · ".join(f"`{x.strip()}`" for x in gpu if x.strip()), "",
            "| step | exit | seconds | result (from the step's log) |", "|---|---|---|---|"]
+    recorded = set()
     for steps in sorted(d.glob("steps*.txt")):
         for line in steps.read_text().splitlines():
             m = re.match(r"(\S+) rc=(\d+) (\d+)s", line)
             if not m:
                 continue
             name, rc, secs = m.groups()
+            recorded.add(name)
             out.append(f"| `{name}` | {rc} | {secs} | {last_result(d / f'{name}.log')} |")
+    # a step's log without its record: the step was still running when the run was cut off
+    for log in sorted(d.glob(f"*-{d.name}.log")):
+        name = log.name[:-len(".log")]
+        if name not in recorded and not name.startswith(("stress-audit", "stress-bare")):
+            out.append(f"| `{name}` | – | – | did not finish (no record in `steps*.txt`; the log "
+                       f"stops mid-run) |")
     return out + [""]
 
 
