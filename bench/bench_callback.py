@@ -1,6 +1,6 @@
 """CPU micro-benchmark of the cuda detector's callback hot path (not a test, no GPU).
 
-    python bench/bench_callback.py [--out reports/cpu/callback-NAME.md]
+    python bench/bench_callback.py [--out reports/cpu/callback-NAME.md] [--between-op 0,262144]
 
 Drives ``CuptiHub._callback`` with a FAKE libcupti and ctypes-built ``CUpti_CallbackData``, as
 tests/test_detect.py does, and prints the median cost in microseconds per callback (timeit, best
@@ -53,8 +53,10 @@ def _internal_fire(depth: int):
     return ns["fire"]
 
 
-def scenarios(hub, depth):
-    """name -> (callable firing the callbacks once, number of callbacks it fires)."""
+def scenarios(hub, depth, between=None):
+    """name -> (callable firing the callbacks once, number of callbacks it fires). ``between``,
+    when given, runs before every callback, in the measured loop and in its no-op baseline alike:
+    a torch op there leaves the caches as a real op's C++ would before CUPTI calls us."""
     copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
     d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
     sync = C.StreamParams(stream=0)
@@ -75,8 +77,13 @@ def scenarios(hub, depth):
              "id not enabled (table miss)": [(None, 2, 999, a["ce"])]}
     out = {}
     for path, cb in (("py", hub._callback), ("thunk", hub._cb)):
+        noop = _noop
+        if between is not None:
+            cb = (lambda *a, _cb=cb: (between(), _cb(*a)))
+            noop = (lambda *a: (between(), None))
         for name, c in calls.items():
-            out[f"{path}: {name}"] = (lambda cb=cb, c=c: fire(cb, c), len(c), lambda c=c: fire(_noop, c))
+            out[f"{path}: {name}"] = (lambda cb=cb, c=c: fire(cb, c), len(c),
+                                      lambda c=c, noop=noop: fire(noop, c))
     return out, keep
 
 
@@ -92,13 +99,13 @@ def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
     return (t - b) / number / calls * 1e6
 
 
-def run(depth: int) -> list[tuple[str, float]]:
+def run(depth: int, between=None) -> list[tuple[str, float]]:
     hub = FakeHub()
     region = FakeRegion()
     hub.acquire(region)
     rows = []
     try:
-        cases, _keep = scenarios(hub, depth)
+        cases, _keep = scenarios(hub, depth, between)
         token = routing.regions.set((region,))
         try:
             for name, (fn, calls, base) in cases.items():
@@ -163,17 +170,35 @@ def main():
     ap.add_argument("--frames", default="1,12",
                     help="internal (torch-like) frames between the user's line and the callback: "
                          "1 is a torch op called from the user's line, 12 a deep nn.Module chain")
+    ap.add_argument("--between-op", default="0", metavar="N[,N...]",
+                    help="before every callback run torch's add_ over N float32 elements (in the "
+                         "baseline too): the callback then starts with caches as a real op leaves "
+                         "them; 0: back to back, caches warm; several: one column each, side by "
+                         "side in one run (default: 0)")
     a = ap.parse_args()
     if a.compare:
         import glob
         compare(sorted(glob.glob(a.compare[0])), sorted(glob.glob(a.compare[1])), a.out)
         return
     depths = [int(x) for x in a.frames.split(",")]
-    cols = [dict(run(d)) for d in depths]
+    ops = [int(x) for x in a.between_op.split(",")]
+    if any(n < 0 for n in ops):
+        ap.error(f"--between-op: element counts must be >= 0, got {a.between_op!r}")
+
+    def between(n):
+        if not n:
+            return None
+        t = torch.zeros(n)
+        return lambda: t.add_(1)
+
+    heads = [(d, n) for n in ops for d in depths]
+    cols = [dict(run(d, between(n))) for d, n in heads]
     md = [f"# cuda detector callback cost on the CPU (fake libcupti) · python {sys.version.split()[0]}"
           f" · torch {torch.__version__} · µs per callback, best of 15 repeats of 2,000", "",
-          "| path | " + " | ".join(f"{d} internal frame(s)" for d in depths) + " |",
-          "|---|" + "---|" * len(depths)]
+          "| path | " + " | ".join(f"{d} internal frame(s), " + (
+              f"add_ over {n} floats before each callback" if n else "back to back")
+              for d, n in heads) + " |",
+          "|---|" + "---|" * len(heads)]
     md += [f"| {n} | " + " | ".join(f"{c[n]:.2f}" for c in cols) + " |" for n in cols[0]]
     text = "\n".join(md) + "\n"
     print(text)
