@@ -224,33 +224,23 @@ def _host_thread(e):
     return (e.cpu_parent if e.cpu_parent is not None else e).thread
 
 
-def inside_marker(e, marker) -> bool:
-    """Whether profiler event ``e`` ran inside syncguard's range ``marker``: below it in the
-    profiler's event tree, or else on its thread within its time.
+def markers_around(calls, markers) -> dict[int, tuple]:
+    """id(call) -> the ``markers`` (profiler events of syncguard's ranges) the call ran inside,
+    innermost first: below the marker in the profiler's event tree, or else on its thread within
+    its time. One sweep over time: a region may hold thousands of markers and calls.
 
     The tree alone is not enough from torch 2.13 on (measured on the H200, 2.13.0 and 2.14.1): with
     ``with_stack`` the tree also holds Python-call events, and a range opened inside one Python
     call and closed in another can be cut from the tree where the first call returns, so a
     region's later syncs had no region marker among their ancestors
     (reports/probes/profile-links-5ead7bd/)."""
-    p = e.cpu_parent
-    while p is not None:
-        if p is marker:
-            return True
-        p = p.cpu_parent
-    t0, t1 = marker.time_range.start, marker.time_range.end
-    return _host_thread(e) == marker.thread and t0 <= e.time_range.start <= t1
-
-
-def _markers_around(calls, markers) -> dict[int, list[str]]:
-    """id(call) -> the markers :func:`inside_marker` puts it in, innermost first, in one sweep
-    over time (a region may hold thousands of markers and calls)."""
+    given = {id(m) for m in markers}
     points = [(m.time_range.start, 0, i, m) for i, m in enumerate(markers)]
     points += [(m.time_range.end, 2, i, m) for i, m in enumerate(markers)]
     points += [(c.time_range.start, 1, i, c) for i, c in enumerate(calls)]
     points.sort(key=lambda p: p[:3])
     open_: dict = {}  # thread -> {marker index: marker}
-    out: dict[int, list[str]] = {}
+    out: dict[int, tuple] = {}
     for _, what, i, x in points:
         if what == 0:
             open_.setdefault(x.thread, {})[i] = x
@@ -260,10 +250,10 @@ def _markers_around(calls, markers) -> dict[int, list[str]]:
             around = {id(m): m for m in open_.get(_host_thread(x), {}).values()}
             p = x.cpu_parent
             while p is not None:  # below a marker in the tree, whatever the clock says
-                if p.name.startswith(MARKER):
+                if id(p) in given:
                     around[id(p)] = p
                 p = p.cpu_parent
-            out[id(x)] = [m.name for m in sorted(around.values(), key=lambda m: -m.time_range.start)]
+            out[id(x)] = tuple(sorted(around.values(), key=lambda m: -m.time_range.start))
     return out
 
 
@@ -272,7 +262,7 @@ def records_from_profiler(events) -> list[TraceRecord]:
     events = list(events)
     calls = [e for e in events
              if e.name in SYNC_APIS and not str(getattr(e, "device_type", "")).endswith("CUDA")]
-    around = _markers_around(calls, [e for e in events if e.name.startswith(MARKER)])
+    around = markers_around(calls, [e for e in events if e.name.startswith(MARKER)])
     out = []
     for e in calls:
         ancestors, p, stack = [], e.cpu_parent, ()
@@ -282,7 +272,7 @@ def records_from_profiler(events) -> list[TraceRecord]:
             if not stack and getattr(p, "stack", None):
                 stack = tuple(p.stack)
             p = p.cpu_parent
-        ancestors += around[id(e)]
+        ancestors += [m.name for m in around[id(e)]]
         parent = e.cpu_parent
         while parent is not None and is_python_frame(parent.name):
             parent = parent.cpu_parent  # torch >= 2.14 nests ops under Python-call events

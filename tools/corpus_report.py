@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from syncguard.atlas import wait_text  # noqa: E402  (one spelling of a cell, shared)
-from syncguard.detect import inside_marker  # noqa: E402  (one rule for "inside a marker")
+from syncguard.detect import markers_around  # noqa: E402  (one rule for "inside a marker")
 
 SCHEMA = "syncguard-corpus-run"
 SCHEMA_VERSION = 2
@@ -162,8 +162,9 @@ def read_trace(events) -> dict:
                 "calls": {}}
     marker = markers[0]
     device_copies = {e.id: e.name for e in events if _device_event(e) and "Memcpy" in e.name}
-    runtime = sorted((e for e in events if not _device_event(e) and e.name.startswith("cuda")
-                      and inside_marker(e, marker)), key=lambda e: e.time_range.start)
+    calls = [e for e in events if not _device_event(e) and e.name.startswith("cuda")]
+    around = markers_around(calls, [marker])
+    runtime = sorted((e for e in calls if around[id(e)]), key=lambda e: e.time_range.start)
     calls = Counter(e.name for e in runtime)
     waits, pending, nth = [], {}, Counter()
     for e in runtime:
