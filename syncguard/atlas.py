@@ -111,7 +111,7 @@ class Atlas:
     transitions: tuple[str, ...]
     bench_columns: tuple[str, ...] = ()  # "torch · GPU · file" of each merge benchmark run
     merges: tuple[MergeRow, ...] = ()
-    unstable: tuple[str, ...] = ()  # rows whose value returns after changing: not transitions
+    unstable: tuple[Row, ...] = ()  # rows whose value returns after changing: not transitions
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,14 +199,18 @@ def _mark_changes(cells: list[Cell]) -> list[Cell]:
     return out
 
 
+def _words(waits: str) -> str:
+    """A cell's waits as the transitions say them: "clean" reads "sync-free"."""
+    return "sync-free" if waits == "clean" else waits
+
+
 def _transitions(row: Row, columns: tuple[Column, ...]) -> list[str]:
     said, prev_i = [], None
     for i, c in enumerate(row.cells):
         if not (c.measured and c.error is None):
             continue
         if c.changed and prev_i is not None:
-            before = "sync-free" if row.cells[prev_i].waits == "clean" else row.cells[prev_i].waits
-            after = "sync-free" if c.waits == "clean" else c.waits
+            before, after = _words(row.cells[prev_i].waits), _words(c.waits)
             said.append(f"{row.label}: {before} up to {columns[prev_i].label} → {after} "
                         f"from {columns[i].label}")
         prev_i = i
@@ -230,9 +234,10 @@ def _returns(row: Row) -> bool:
     return False
 
 
-def _unstable(row: Row, columns: tuple[Column, ...]) -> str:
+def unstable_text(row: Row, columns: tuple[Column, ...]) -> str:
+    """An unstable row in words: every measured value with its version."""
     return f"{row.label}: " + "; ".join(
-        f"{'sync-free' if c.waits == 'clean' else c.waits} on {col.label}"
+        f"{_words(c.waits)} on {col.label}"
         for col, c in zip(columns, row.cells) if c.measured and c.error is None)
 
 
@@ -273,7 +278,7 @@ def _merge_rows(benches, columns: tuple[Column, ...], rows: tuple[Row, ...]):
                 continue
             s = sync.get((doc["environment"].get("torch"), f"cases/merge_{variant}"))
             waits = "sync ?" if s is None or not s.measured or s.error else (
-                "sync-free" if s.waits == "clean" else s.waits)
+                _words(s.waits))
             x, h = m["device_x_copy"], m["host_us"]
             cells.append(f"{waits} · {x['median']:.2f}× copy [{x['min']:.2f}–{x['max']:.2f}] · "
                          f"host {h['median']:.0f} µs [{h['min']:.0f}–{h['max']:.0f}] · "
@@ -312,8 +317,8 @@ def build(runs: Iterable[tuple[str, dict[str, Any]]]) -> Atlas:
         status = _alternative_status(alt, cells, columns) if alt else ""
         rows.append(Row(i, label, cells[i], alt, status))
     rows_t = tuple(rows)
-    said = [t for r in rows_t if not _returns(r) for t in _transitions(r, columns)]
-    unstable = tuple(_unstable(r, columns) for r in rows_t if _returns(r))
+    unstable = tuple(r for r in rows_t if _returns(r))
+    said = [t for r in rows_t if r not in unstable for t in _transitions(r, columns)]
     # transitions to or from sync-free first: those are the ones users ask about
     said.sort(key=lambda t: "sync-free" not in t)
     bench_columns = tuple(_bench_column(p, d["environment"]) for p, d in benches)
@@ -341,7 +346,7 @@ def render_markdown(atlas: Atlas) -> str:
         out += ["", "## Not transitions: values that return after changing", "",
                 "A value that changes and later comes back varies from run to run (each version "
                 "is another process); torch did not make these changes:", ""]
-        out += [f"- {_md(t)}" for t in atlas.unstable]
+        out += [f"- {_md(unstable_text(r, cols))}" for r in atlas.unstable]
     out += ["", "## Runs", "",
             "| torch | CUDA | GPU | driver | commit | sources | measured | ground truth | "
             "default detectors vs ground truth | file |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -381,7 +386,7 @@ def to_json(atlas: Atlas) -> dict[str, Any]:
     return {
         "schema": "syncguard-atlas", "schema_version": ATLAS_SCHEMA_VERSION,
         "transitions": list(atlas.transitions),
-        "unstable": list(atlas.unstable),
+        "unstable": [unstable_text(r, atlas.columns) for r in atlas.unstable],
         "columns": [c.__dict__ | {"label": c.label} for c in atlas.columns],
         "rows": [{"id": r.id, "label": r.label,
                   "cells": [{"measured": c.measured, "waits": c.waits, "via": c.via,
@@ -424,7 +429,8 @@ def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
 
     lines = "\n".join(["Transitions:"] + [f"  {t}" for t in atlas.transitions]
                       + (["Not transitions (values return after changing):"]
-                         + [f"  {t}" for t in atlas.unstable] if atlas.unstable else [])) + "\n"
+                         + [f"  {unstable_text(r, atlas.columns)}" for r in atlas.unstable]
+                         if atlas.unstable else [])) + "\n"
     if to_terminal:
         console = Console()
         console.print(lines, markup=False)

@@ -126,7 +126,7 @@ def atlas_transitions() -> str:
     if built.unstable:
         out += ["", f"Not counted as transitions: {len(built.unstable)} pattern(s) whose value "
                 "returns after changing (run-to-run variation; the atlas lists them): "
-                + ", ".join(u.split(":", 1)[0] for u in built.unstable) + "."]
+                + ", ".join(f"`{r.id}`" for r in built.unstable) + "."]
     return "\n".join(out)
 
 
