@@ -53,6 +53,15 @@ def _internal_fire(depth: int):
     return ns["fire"]
 
 
+def _long_function_frame(lines: int):
+    """The frame of a function stopped after ``lines`` statements (a long test, or a long
+    training script's main): what reading its line number costs, against its offset."""
+    body = "".join(f"    x{i} = {i}\n" for i in range(lines))
+    ns: dict = {"sys": sys}
+    exec(compile(f"def long():\n{body}    return sys._getframe()\n", "long_user_code.py", "exec"), ns)
+    return ns["long"]()
+
+
 def scenarios(hub, depth, between=None):
     """name -> (callable firing the callbacks once, number of callbacks it fires). ``between``,
     when given, runs before every callback, in the measured loop and in its no-op baseline alike:
@@ -121,6 +130,10 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
         rows.append(("piece: site_and_phase (walk + Site)", measure(
             lambda: fire(lambda _: attribution.site_and_phase(sys._getframe(1)), one), 1,
             lambda: fire(lambda _: sys._getframe(1), one))))
+        long = _long_function_frame(2000)
+        rows.append(("piece: frame.f_lineno, frame at the end of a 2,000-line function",
+                     measure(lambda: long.f_lineno, 1, _noop)))
+        rows.append(("piece: frame.f_lasti, the same frame", measure(lambda: long.f_lasti, 1, _noop)))
         rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))

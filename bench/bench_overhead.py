@@ -6,7 +6,7 @@ Three workloads: 2,000 tiny kernels (launch-bound, the worst case for any per-op
 calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 4-layer
 TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
 interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
-opened and closed inside the timing) and reported as the median over rounds and as a ratio to
+opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and reported as the median over rounds and as a ratio to
 the bare loop of the same rounds.
 
 Order matters: once torch.profiler has run in a process, CUPTI cannot be subscribed again (one
@@ -94,6 +94,7 @@ def train_step_workload():
 
 
 EXIT_MS: dict = collections.defaultdict(list)  # configuration -> ms spent leaving the region
+ENTER_MS: dict = collections.defaultdict(list)  # configuration -> ms spent entering it
 
 
 def cuda_with(hostmem, name):
@@ -103,7 +104,9 @@ def cuda_with(hostmem, name):
     def cm():
         saved, HUB.hostmem = HUB.hostmem, hostmem
         try:
+            t_enter = time.perf_counter()
             with syncguard.audit(("cuda",)) as rep:
+                ENTER_MS[name].append((time.perf_counter() - t_enter) * 1e3)
                 yield rep
                 t_body = time.perf_counter()
             EXIT_MS[name].append((time.perf_counter() - t_body) * 1e3)
@@ -246,6 +249,7 @@ def main():
         for wname, work in workloads:
             if configs is before:
                 EXIT_MS.clear()
+                ENTER_MS.clear()
             for cm in configs.values():  # warm-up of every path
                 timed(work, cm, st)
             times = {k: [] for k in configs}
@@ -257,7 +261,8 @@ def main():
             print(f"{wname}: " + "; ".join(f"{k} {statistics.median(v) / base:.3f}x"
                                            for k, v in times.items()), flush=True)
             if configs is before:
-                exits[wname] = {k: round(statistics.median(v), 3) for k, v in EXIT_MS.items()}
+                exits[wname] = {k: (round(statistics.median(ENTER_MS[k]), 3), round(statistics.median(v), 3))
+                                for k, v in EXIT_MS.items()}
                 try:  # untimed, after the timings (printed above); before any profiler holds CUPTI
                     calls[wname] = apis_called(work, st)
                 except Exception as e:  # a census failure must not lose the timings
@@ -269,8 +274,8 @@ def main():
         table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),
                             "ratio": round(statistics.median(v) / base, 3),
                             "spread_ms": round((max(v) - min(v)) * 1e3, 3)} for k, v in times.items()}
-        for k, ms in exits[wname].items():
-            table[wname][k]["exit_ms"] = ms
+        for k, (enter, leave) in exits[wname].items():
+            table[wname][k]["enter_ms"], table[wname][k]["exit_ms"] = enter, leave
     ver = torch.__version__.split("+")[0]
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table,
@@ -280,10 +285,11 @@ def main():
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
           "interleaved rounds", ""]
     for wname, rows in table.items():
-        md += [f"## {wname}", "", "| configuration | median ms | × bare | of which leaving the region, ms |",
-               "|---|---|---|---|"]
-        md += [f"| {k} | {v['median_ms']} | {v['ratio']} | {v.get('exit_ms', '')} |"
-               for k, v in rows.items()]
+        md += [f"## {wname}", "", "| configuration | median ms | × bare | spread (max-min) ms "
+               "| of which entering the region, ms | of which leaving it, ms |",
+               "|---|---|---|---|---|---|"]
+        md += [f"| {k} | {v['median_ms']} | {v['ratio']} | {v['spread_ms']} | {v.get('enter_ms', '')} "
+               f"| {v.get('exit_ms', '')} |" for k, v in rows.items()]
         c = calls[wname]
         md += ["", "CUDA APIs one call made (whole runtime+driver domains, untimed): "
                + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),

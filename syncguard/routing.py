@@ -36,28 +36,7 @@ class Observation:
     blocked_us: float | None = None
     count: int = 1  # e.g. segments one empty_cache() freed
     phase: str | None = None  # run / compile / graph_capture (deliver fills it)
-    detail: Any = None  # detector-specific (the cuda detector's copy parameters)
-
-    @classmethod
-    def quick(cls, **fields) -> "Observation":
-        """The same value as ``Observation(**fields)``, built without the frozen ``__init__``'s
-        ``object.__setattr__`` per field (~2 us of 2.6 on the CPU): the cuda detector builds one per
-        copy inside a CUPTI callback. Unknown field names raise TypeError as ``__init__`` would."""
-        keys = fields.keys()
-        if not (_REQUIRED <= keys <= _FIELDS):
-            raise TypeError(f"Observation.quick: unknown {sorted(keys - _FIELDS)} or missing "
-                            f"{sorted(_REQUIRED - keys)} field(s)")
-        obs = object.__new__(cls)
-        d = obs.__dict__
-        d.update(_DEFAULTS)
-        d.update(fields)
-        return obs
-
-
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Observation))
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Observation)
-             if f.default is not dataclasses.MISSING}
-_REQUIRED = _FIELDS - _DEFAULTS.keys()
+    detail: Any = None  # detector-specific (the sync-debug hooks that saw the same sync)
 
 
 Sink = Callable[[Observation], bool]

@@ -205,7 +205,7 @@ from syncguard import routing  # noqa: E402
 from syncguard.attribution import Site  # noqa: E402
 from syncguard.detectors import cupti as C  # noqa: E402
 from syncguard.testing import marked_line  # noqa: E402
-from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CopyDetail, CuptiHub,  # noqa: E402
+from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CudaCall, CuptiHub,  # noqa: E402
                                       canonical, combine)
 
 
@@ -255,6 +255,24 @@ def test_canonical_names_drop_version_suffixes():
     assert canonical("cudaMemcpyAsync_ptsz_v7000") == "cudaMemcpyAsync_ptsz"
     assert canonical("cuMemcpyHtoD_v2") == "cuMemcpyHtoD"
     assert canonical("cudaStreamSynchronize_v3020") == "cudaStreamSynchronize"
+
+
+def test_every_version_of_a_watched_api_gets_its_callback_enabled():
+    """A fake CUPTI name table shaped like CUDA 13's (ids made up): CUDA keeps a driver API's
+    old entry point beside the new one, and cuda.h compiles a call to the newest, so a C++
+    extension calling cuMemcpyDtoH or cuCtxSynchronize reaches the _v2 id. Both must be watched
+    (0133499 kept only the first id per name and saw no direct driver copy or device sync)."""
+    from syncguard.detectors.cudacalls import callback_table
+
+    names = {(1, 17): "cuCtxSynchronize", (1, 600): "cuCtxSynchronize_v2",
+             (1, 30): "cuMemcpyDtoH", (1, 290): "cuMemcpyDtoH_v2", (1, 31): "cuLaunchKernel",
+             (1, 128): "cuStreamSynchronize", (2, 41): "cudaMemcpyAsync_v3020",
+             (2, 165): "cudaDeviceSynchronize_v3020", (2, 22): "cudaGetDevice_v3020"}
+    lib = types.SimpleNamespace(callback_name=lambda d, i: names.get((d, i)))
+    table = callback_table(lib)
+    assert sorted(table) == [(1, 17), (1, 30), (1, 128), (1, 290), (1, 600), (2, 41), (2, 165)]
+    assert table[(1, 600)][:2] == ("cuCtxSynchronize", "sync")
+    assert table[(1, 290)][:3] == ("cuMemcpyDtoH", "copy", "d2h")
 
 
 def test_subscription_is_refcounted_and_fully_undone():
@@ -346,7 +364,7 @@ def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync():
     hub.release(region)
     assert hub.errors == 0
     assert [o.api for o in region.observations] == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
-    assert region.observations[1].detail.correlation == [2, 3]
+    assert region.observations[1].correlation == [2, 3]
     events, notes = combine(region.observations, {})
     assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
     assert events[0][0].lineno == marked_line(__file__, "L-FIRE")  # the innermost user frame
@@ -363,9 +381,8 @@ def test_threads_without_a_region_are_dropped():
 
 
 def _obs(api, role, direction=None, is_async=False, kind=None, line=1, corr=1, stream=0):
-    d = CopyDetail(role, direction=direction, is_async=is_async, stream=stream, correlation=[corr])
-    return routing.Observation("cuda", Site("f.py", line, "f"), "MainThread", api=api, kind=kind,
-                               detail=d, blocked_us=1.0)
+    return CudaCall(api, role, kind, direction, is_async, [corr], stream, Site("f.py", line, "f"),
+                    thread="MainThread", blocked_us=1.0)
 
 
 @pytest.mark.parametrize("obs,records,expected", [

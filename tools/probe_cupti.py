@@ -94,8 +94,10 @@ def main(out_dir: str) -> None:
         p.to("cuda", non_blocking=True)
         x[torch.tensor([1, 2])]
     res["region_detectors"] = reg.report.detectors
-    res["region_observations"] = [dict(api=o.api, kind=o.kind, line=o.site.lineno, detail=vars(o.detail)
-                                       if o.detail is not None else None, blocked=o.blocked_us)
+    fields = ("direction", "is_async", "stream", "nbytes", "src", "dst", "correlation")
+    res["region_observations"] = [dict(api=o.api, kind=o.kind, line=o.site.lineno,
+                                       detail={k: getattr(o, k, None) for k in fields},
+                                       blocked=o.blocked_us)
                                   for o in reg.observations]
     res["region_records"] = {str(k): v for k, v in reg.state.get("cuda_records", {}).items()}
     res["region_events"] = [e.to_dict() for e in reg.report.syncs]

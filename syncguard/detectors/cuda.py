@@ -43,7 +43,7 @@ from ..events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, PAGEAB
 from . import DetectorUnavailable
 from . import cupti as C
 from .cudacalls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
-                        CopyDetail, callback_table, canonical)
+                        CudaCall, callback_table, canonical)
 from .hostmem import ActivityRecords, copy_direction, host_kind, pointer_records
 
 
@@ -319,20 +319,19 @@ def combine(obs, records) -> tuple[list, list[str]]:
             return
         o, direction = pending
         pending = None
-        host = host_kind(o.detail, direction, records)
+        host = host_kind(o, direction, records)
         if host == "pageable":
             events.append((_event(o, o.api, PAGEABLE_COPY), o.allows, None))
         elif host is None:
             unknown += 1
 
     for o in obs:
-        d: CopyDetail = o.detail
-        if d.role == COPY:
-            direction = copy_direction(d, records)
+        if o.role == COPY:
+            direction = copy_direction(o, records)
             flush_pending()
             if direction not in ("h2d", "d2h"):
                 continue  # d2d, h2h, p2p: the host does not wait for these
-            if d.is_async:
+            if o.is_async:
                 pending = (o, direction)
             else:
                 kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
@@ -340,7 +339,7 @@ def combine(obs, records) -> tuple[list, list[str]]:
             continue
         if o.kind == STREAM_SYNC and pending is not None:
             c, direction = pending
-            same_stream = not c.detail.stream or not d.stream or c.detail.stream == d.stream
+            same_stream = not c.stream or not o.stream or c.stream == o.stream
             same_line = (c.site.filename, c.site.lineno) == (o.site.filename, o.site.lineno)
             if same_stream and same_line and c.thread == o.thread:
                 pending = None

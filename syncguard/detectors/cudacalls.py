@@ -14,7 +14,6 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 
 from .. import routing
 from ..attribution import RUN, Site, site_and_phase, user_site
@@ -55,6 +54,9 @@ DRIVER_APIS = {
 _VERSION = re.compile(r"_v\d+")
 _NO_WAIT = ("d2d", "h2h")  # copy directions the host never waits for (never reported)
 _NO_SITE = Site()
+# bound once: the callback runs per sync or copy API call of every thread while subscribed
+_CallbackData, _API_ENTER, _MEMCPY_KIND = C.CallbackData, C.API_ENTER, C.CUDA_MEMCPY_KIND
+_regions, _allows, _now = routing.regions, routing.allows, time.perf_counter_ns
 
 
 def canonical(name: str) -> str:
@@ -62,59 +64,71 @@ def canonical(name: str) -> str:
     return _VERSION.sub("", name)
 
 
-@dataclass
-class CopyDetail:
-    """What the callback read from the call's parameters (mutable until the call returns)."""
+class CudaCall:
+    """One sync, copy or free API call the detector kept: what its parameters said, where and on
+    which thread it was made, how long the host spent in it. It is the region's observation
+    itself (``source == "cuda"``), appended to the region's list at the call's EXIT; mutable until
+    then. A slotted object, not a frozen :class:`~syncguard.routing.Observation` plus a parameter
+    object: one copy made three objects and a dict, a third of the callback's cost
+    (reports/cpu/callback-hotpath.md)."""
 
-    role: str
-    direction: str | None = None  # h2d, d2h, d2d, h2h, or None when the call does not say
-    is_async: bool = False
-    stream: int | None = None
-    nbytes: int | None = None
-    correlation: list = field(default_factory=list)  # this call's and the driver calls' under it
-    src: int | None = None
-    dst: int | None = None
+    __slots__ = ("api", "role", "kind", "direction", "is_async", "stream", "nbytes", "src", "dst",
+                 "correlation", "site", "phase", "thread", "allows", "t_ns", "blocked_us")
+    source = "cuda"
+
+    def __init__(self, api: str, role: str, kind: str | None = None, direction: str | None = None,
+                 is_async: bool = False, correlation: list | None = None, stream: int | None = None,
+                 site: Site = _NO_SITE, phase: str = RUN, thread: str = "", allows: tuple = (),
+                 blocked_us: float | None = None) -> None:
+        self.api, self.role, self.kind, self.direction = api, role, kind, direction
+        self.is_async, self.stream, self.correlation = is_async, stream, correlation or []
+        self.nbytes = self.src = self.dst = None
+        self.site, self.phase, self.thread, self.allows = site, phase, thread, allows
+        self.t_ns, self.blocked_us = 0, blocked_us
 
     @property
     def host_ptr(self) -> int | None:
         return self.src if self.direction == "h2d" else self.dst if self.direction == "d2h" else None
 
+    def __repr__(self) -> str:
+        return (f"CudaCall({self.api}, {self.role}, kind={self.kind}, direction={self.direction}, "
+                f"async={self.is_async}, stream={self.stream}, at={self.site.filename}:"
+                f"{self.site.lineno}, corr={self.correlation})")
 
-class _Call:
-    __slots__ = ("api", "role", "kind", "detail", "site", "phase", "thread", "t0", "owner")
 
-
-def _read_params(spec, params_ptr, detail: CopyDetail) -> None:
+def _read_params(spec, params_ptr, call: CudaCall) -> None:
     if not params_ptr:
         return
     if spec is C.StreamParams:
-        detail.stream = C.StreamParams.from_address(params_ptr).stream or 0
+        call.stream = C.StreamParams.from_address(params_ptr).stream or 0
     elif spec in (_P, _P2):
         p = spec.from_address(params_ptr)
-        detail.direction = detail.direction or C.CUDA_MEMCPY_KIND.get(p.kind)
-        if detail.direction == "default":
-            detail.direction = None  # cudaMemcpyDefault: the activity record's copyKind says
-        detail.stream = p.stream or 0
-        detail.src, detail.dst = p.src, p.dst
-        detail.nbytes = p.count if spec is _P else p.width * p.height
+        direction = call.direction or _MEMCPY_KIND.get(p.kind)
+        # cudaMemcpyDefault: the pointers say (the activity record's copyKind, or the runtime)
+        call.direction = None if direction == "default" else direction
+        call.stream = p.stream or 0
+        call.src, call.dst = p.src, p.dst
+        call.nbytes = p.count if spec is _P else p.width * p.height
 
 
 def callback_table(lib) -> dict:
     """(domain, cbid) -> (api, role, kind, is_async, params) for the APIs the detector watches,
-    resolved by name with CUPTI's own table (no callback is enabled to find them)."""
+    resolved by name with CUPTI's own table (no callback is enabled to find them). Every id whose
+    name is a watched API, whatever its version suffix: CUDA keeps the old entry point beside
+    the new one (``cuMemcpyHtoDAsync`` and ``cuMemcpyHtoDAsync_v2``, ``cuCtxSynchronize`` and
+    ``cuCtxSynchronize_v2``), and what cuda.h compiles a driver call to is the newest."""
     table = {}
     for domain, apis in ((C.DOMAIN_RUNTIME, RUNTIME_APIS), (C.DOMAIN_DRIVER, DRIVER_APIS)):
-        names = {}
         for cbid in range(1, 2000):
             name = lib.callback_name(domain, cbid)
             if name is None:
                 if cbid > 1200:
                     break
                 continue
-            names.setdefault(canonical(name), cbid)
-        for api, spec in apis.items():
-            if api in names:
-                table[(domain, names[api])] = (api,) + spec
+            api = canonical(name)
+            spec = apis.get(api)
+            if spec is not None:
+                table[(domain, cbid)] = (api,) + spec
     if not any(d == C.DOMAIN_RUNTIME for d, _ in table):
         # a libcupti without callback names: the header's numbers (stable since CUDA 7)
         for full, cbid in C.RUNTIME_CBIDS.items():
@@ -130,29 +144,32 @@ class CallPath:
 
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
         # Hot path: one ENTER and one EXIT per enabled API call of any thread while subscribed.
-        # Per-thread state is one list [generation, depth, call] (one threading.local lookup).
+        # Per-thread state is one list [generation, depth, call, regions] (one threading.local
+        # lookup); the regions are read at ENTER and the call is appended to them at EXIT.
         try:
             entry = self.table.get((domain, cbid))
             if entry is None:
                 return
-            data = C.CallbackData.from_address(cbdata)
+            data = _CallbackData.from_address(cbdata)
             st = getattr(self._tls, "st", None)
             if st is None or st[0] != self.generation:
-                st = self._tls.st = [self.generation, 0, None]
-            if data.callbackSite == C.API_ENTER:
+                st = self._tls.st = [self.generation, 0, None, ()]
+            if data.callbackSite == _API_ENTER:
                 depth = st[1]
                 st[1] = depth + 1
                 if depth:  # a driver call under the runtime call: the same wait, same event
                     if st[2] is not None:
-                        st[2].detail.correlation.append(data.correlationId)
+                        st[2].correlation.append(data.correlationId)
                     return
                 st[2] = None
-                owner = None
-                if not routing.regions.get():
+                regions, owner = _regions.get(), None
+                if not regions:
                     owner = self.backward.owner()  # an autograd engine thread working for a region?
                     if owner is None:
                         return
-                st[2] = self._enter(entry, data, owner)
+                    regions = owner[0]
+                st[3] = regions
+                st[2] = self._enter(entry, data, regions, owner)
             else:
                 depth = st[1] - 1 if st[1] > 0 else 0
                 st[1] = depth
@@ -161,62 +178,44 @@ class CallPath:
                 call = st[2]
                 if call is not None:
                     st[2] = None
-                    self._exit(call)
+                    call.blocked_us = round((_now() - call.t_ns) / 1000, 1)
+                    for r in st[3]:
+                        r.observations.append(call)
+                    st[3] = ()
         except BaseException:
             self.errors += 1
 
-    def _enter(self, entry, data, owner=None) -> _Call | None:
+    def _enter(self, entry, data, regions, owner) -> CudaCall | None:
         api, role, kind, is_async, spec = entry
-        detail = CopyDetail(role, kind if role == COPY else None, is_async,
-                            correlation=[data.correlationId])
+        if role == COPY:
+            call = CudaCall(api, role, None, kind, is_async, [data.correlationId])
+        else:
+            call = CudaCall(api, role, kind, None, is_async, [data.correlationId])
         if role == FREE:
             ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
             if not ptr:
                 return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
         elif spec is not None:
-            _read_params(spec, data.functionParams, detail)
-            if detail.direction in _NO_WAIT:
-                self._no_wait_copy(api, detail, owner)
+            _read_params(spec, data.functionParams, call)
+            if call.direction in _NO_WAIT:
+                # A device-to-device or host-to-host copy never makes the host wait for the GPU;
+                # its only use in combine() is to end a pending async copy's chance to pair with a
+                # later sync, which needs its place in the sequence, not its line or duration.
+                for r in regions:
+                    r.observations.append(call)
                 return None  # nothing to time at EXIT
-        call = _Call()
-        call.api, call.role, call.kind, call.detail = api, role, kind, detail
-        call.site, call.phase = site_and_phase(sys._getframe(1))
-        call.owner = owner
+        # the frame that made the CUDA call (None on a thread with no Python frames)
+        call.site, call.phase = site_and_phase(sys._getframe(1).f_back)
         if owner is None:
             call.thread = threading.current_thread().name
+            call.allows = _allows.get()
         else:  # no Python frames of the user's on a C++ autograd thread: the backward() line
             call.thread = f"autograd engine (backward of {owner[3]})"
+            call.allows = owner[1]
             if call.site.filename is None:
                 call.site = owner[2]
-        call.t0 = time.perf_counter_ns()
+        call.t_ns = _now()
         return call
-
-    def _no_wait_copy(self, api, detail, owner) -> None:
-        """A device-to-device or host-to-host copy never makes the host wait for the GPU; its only
-        use in :func:`combine` is to end a pending async copy's chance to pair with a later
-        sync, which needs its place in the sequence, not its line, phase or duration."""
-        obs = routing.Observation.quick(source="cuda", site=_NO_SITE, thread="", api=api,
-                                        phase=RUN, detail=detail, allows=())
-        if owner is None:
-            routing.deliver(obs)
-        else:
-            for r in owner[0]:
-                r.observations.append(obs)
-
-    def _exit(self, call: _Call) -> None:
-        t0 = call.t0
-        blocked = round((time.perf_counter_ns() - t0) / 1000, 1)
-        owner = call.owner
-        obs = routing.Observation.quick(
-            source="cuda", site=call.site, thread=call.thread, api=call.api,
-            kind=call.kind if call.role != COPY else None, t_ns=t0, blocked_us=blocked,
-            phase=call.phase, detail=call.detail,
-            allows=routing.allows.get() if owner is None else owner[1])
-        if owner is None:
-            routing.deliver(obs)
-        else:
-            for r in owner[0]:
-                r.observations.append(obs)
 
 
 class BackwardOwners:

@@ -110,8 +110,7 @@ def _load_cudart():
 def pointer_records(obs) -> dict:
     """Activity-shaped records (copy, src, dst kinds) for the unpaired async copies of ``obs``,
     asked of the runtime now (the region is exiting; no callback is running)."""
-    wanted = [o for o in obs if o.detail is not None and o.detail.role == COPY and o.detail.is_async
-              and o.detail.host_ptr]
+    wanted = [o for o in obs if o.role == COPY and o.is_async and o.host_ptr]
     if not wanted:
         return {}
     try:
@@ -124,7 +123,7 @@ def pointer_records(obs) -> dict:
         return {}
     out, seen = {}, {}
     for o in wanted:
-        ptr = o.detail.host_ptr
+        ptr = o.host_ptr
         host = seen.get(ptr)
         if host is None:  # torch's host allocator reuses its pinned blocks: ask once per pointer
             attr = _PointerAttributes()
@@ -132,14 +131,14 @@ def pointer_records(obs) -> dict:
                 lib.cudaGetLastError()  # leave no error behind for torch's next launch check
                 continue
             host = seen[ptr] = 2 if attr.type in (1, 3) else 1  # registered/managed: pinned
-        copy = 1 if o.detail.direction == "h2d" else 2
-        out[o.detail.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
+        copy = 1 if o.direction == "h2d" else 2
+        out[o.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
     return out
 
 
-def host_kind(detail, direction: str, records) -> str | None:
+def host_kind(call, direction: str, records) -> str | None:
     """pageable / pinned / ... for the host side of a copy, or None when no record says."""
-    for cid in detail.correlation:
+    for cid in call.correlation:
         rec = records.get(cid)
         if rec:
             _copy, src, dst = rec
@@ -147,11 +146,11 @@ def host_kind(detail, direction: str, records) -> str | None:
     return None
 
 
-def copy_direction(detail, records) -> str | None:
+def copy_direction(call, records) -> str | None:
     """The call's own direction, else the activity record's copyKind (cudaMemcpyDefault)."""
-    if detail.direction:
-        return detail.direction
-    for cid in detail.correlation:
+    if call.direction:
+        return call.direction
+    for cid in call.correlation:
         rec = records.get(cid)
         if rec:
             return C.COPY_KIND.get(rec[0])

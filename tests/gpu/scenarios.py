@@ -447,10 +447,95 @@ def profile_links(out):
         out[f"kineto_with_stack_{stack}"] = _kineto_rows(prof)
 
 
+def _driver():
+    """libcuda as a C++ extension would call it: no runtime in between."""
+    import ctypes
+
+    lib = ctypes.CDLL("libcuda.so.1")
+    v, sz = ctypes.c_void_p, ctypes.c_size_t
+    for name, args in (("cuStreamSynchronize", [v]), ("cuCtxSynchronize", []),
+                       ("cuCtxGetCurrent", [ctypes.POINTER(v)]), ("cuMemcpyDtoH_v2", [v, v, sz]),
+                       ("cuMemcpyHtoD_v2", [v, v, sz]), ("cuMemcpyHtoDAsync_v2", [v, v, sz, v])):
+        getattr(lib, name).argtypes = args
+    if hasattr(lib, "cuCtxSynchronize_v2"):  # CUDA 13 drivers: cuCtxSynchronize(ctx)
+        lib.cuCtxSynchronize_v2.argtypes = [v]
+    return lib
+
+
+def _current_ctx(lib):
+    import ctypes
+
+    ctx = ctypes.c_void_p()
+    assert lib.cuCtxGetCurrent(ctypes.byref(ctx)) == 0 and ctx.value
+    return ctx
+
+
+#: driver calls a C++/CUDA extension makes directly -> the kind a host wait must be reported as
+#: (None: no wait). Declared here; the profiler's trace of the same calls cross-checks the API
+#: and, for copies, the direction and host memory (its GPU memcpy row names them).
+DRIVER_OPS = {
+    "cuStreamSynchronize": ("stream_sync", lambda lib, s: lib.cuStreamSynchronize(s["stream"])),
+    "cuCtxSynchronize": ("device_sync", lambda lib, s: lib.cuCtxSynchronize()),
+    "cuCtxSynchronize_v2": ("device_sync", lambda lib, s: lib.cuCtxSynchronize_v2(s["ctx"])),
+    "cuMemcpyDtoH_v2": ("blocking_copy_d2h",
+                        lambda lib, s: lib.cuMemcpyDtoH_v2(s["h"], s["d"], s["n"])),
+    "cuMemcpyHtoD_v2": ("blocking_copy_h2d",
+                        lambda lib, s: lib.cuMemcpyHtoD_v2(s["d"], s["h"], s["n"])),
+    "cuMemcpyHtoDAsync_v2/pageable": ("pageable_copy", lambda lib, s: lib.cuMemcpyHtoDAsync_v2(
+        s["d"], s["h"], s["n"], s["stream"])),
+    "cuMemcpyHtoDAsync_v2/pinned": (None, lambda lib, s: lib.cuMemcpyHtoDAsync_v2(
+        s["d"], s["p"], s["n"], s["stream"])),
+}
+
+
+def driver_calls(out):
+    """Syncs and copies issued straight to the driver, as by an extension (issue 12: "sync and
+    copy APIs at both the runtime and driver levels"). CUDA keeps old entry points beside new
+    ones (``cuMemcpyDtoH`` / ``cuMemcpyDtoH_v2``) and cuda.h compiles a call to the newest."""
+    torch = _torch()
+    import syncguard
+    from syncguard.detectors.cuda import HUB
+    from torch.profiler import ProfilerActivity, profile
+
+    lib = _driver()
+    n = 1 << 20
+    d, h = torch.zeros(n // 4, device="cuda"), torch.ones(n // 4)
+    p = torch.ones(n // 4).pin_memory()
+    s = {"stream": torch.cuda.current_stream().cuda_stream, "ctx": _current_ctx(lib),
+         "d": d.data_ptr(), "h": h.data_ptr(), "p": p.data_ptr(), "n": n}
+    HUB.unavailable()  # loads libcupti and its name table
+    names = {HUB.lib.callback_name(1, cbid) for (dom, cbid) in HUB.table if dom == 1}
+    ops = {k: v for k, v in DRIVER_OPS.items()
+           if k != "cuCtxSynchronize_v2" or (hasattr(lib, k) and k in names)}
+    out["skipped"] = sorted(set(DRIVER_OPS) - set(ops))  # the driver or CUPTI has no _v2 sync
+    out["watched_driver_ids"] = sorted(names)
+    for _, fn in ops.values():
+        assert fn(lib, s) == 0
+    torch.cuda.synchronize()
+    res = {}
+    for name, (want, fn) in ops.items():
+        torch.cuda.synchronize()
+        with syncguard.audit() as rep:
+            rc = fn(lib, s)
+        res[name] = {"want": want, "rc": rc, "events": _events(rep), "detectors": list(rep.detectors),
+                     "notes": rep.notes}
+    for name, (_, fn) in ops.items():  # the profiler's view of the same calls, same process
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn(lib, s)
+            torch.cuda.synchronize()
+        names_seen = [e.name for e in prof.events()]
+        res[name]["profiler_driver"] = sorted({x for x in names_seen
+                                               if x.startswith("cu") and not x.startswith("cuda")})
+        res[name]["profiler_memcpy"] = sorted({x for x in names_seen if x.startswith("Memcpy")})
+    out["ops"] = res
+    out["file"] = __file__
+
+
 SCENARIOS = {f.__name__: f for f in (error_mode, exception_types, kinds, threads, profiler_inside,
                                      profiler_first, compile_phase, graph_capture, backward,
                                      profile_threads, graph_capture_all_detectors,
-                                     profile_links)}
+                                     profile_links, driver_calls)}
 
 
 def main(argv) -> int:

@@ -71,6 +71,36 @@ def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem):
     assert not bad, json.dumps(bad, indent=1)
 
 
+#: the profiler's GPU memcpy row for each copy (Kineto names direction and host memory)
+_MEMCPY_ROW = {"blocking_copy_d2h": "DtoH (Device -> Pageable)",
+               "blocking_copy_h2d": "HtoD (Pageable -> Device)",
+               "pageable_copy": "HtoD (Pageable -> Device)"}
+
+
+def test_syncs_and_copies_made_straight_to_the_driver_are_seen(tmp_path):
+    """An extension's cuMemcpyDtoH_v2 / cuCtxSynchronize / ...: one event each, the declared
+    kind, on the calling line; the pinned async copy makes none. The profiler's trace of the
+    same calls, in the same process, must show the driver API and (copies) the memcpy row."""
+    from tests.gpu.scenarios import DRIVER_OPS
+
+    d = run("driver_calls", tmp_path)
+    assert set(d["ops"]) | set(d["skipped"]) == set(DRIVER_OPS) and d["skipped"] in (
+        [], ["cuCtxSynchronize_v2"])
+    bad = {}
+    for name, r in d["ops"].items():
+        api, want = name.split("/")[0], r["want"]
+        got = [(e["kind"], e["file"] == d["file"]) for e in r["events"]]
+        ok = r["rc"] == 0 and r["detectors"] == ["cuda"] and got == ([(want, True)] if want else [])
+        ok = ok and api in r["profiler_driver"]
+        if want in _MEMCPY_ROW:
+            ok = ok and any(_MEMCPY_ROW[want] in m for m in r["profiler_memcpy"])
+        if not want:
+            ok = ok and any("Pinned" in m for m in r["profiler_memcpy"])
+        if not ok:
+            bad[name] = r
+    assert not bad, json.dumps(bad, indent=1)
+
+
 def test_other_threads_syncs_stay_in_their_own_region(tmp_path):
     d = run("threads", tmp_path)
     assert d["main_events"] == [] and d["main2_events"] == []
