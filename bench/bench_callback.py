@@ -11,6 +11,8 @@ of several repeats). Two call paths:
   GIL released around the foreign call and re-taken by the thunk, as when torch released the GIL
   before the CUDA call). What CUPTI itself costs can only be measured on the GPU
   (bench/bench_overhead.py's split configurations).
+* ``c``: the C callback (``_cuptifast``, where built), through its test entry ``fire`` (a C
+  function called from Python that releases the GIL and calls the callback as CUPTI would).
 
 The callbacks are fired from under N frames whose file lies in torch's directory (1: a torch op
 called straight from the user's line; 12: a deep wrapper chain), so the walk to the user's frame
@@ -85,12 +87,17 @@ def scenarios(hub, depth, between=None):
                  (None, 2, 131, a["sx"])],
              "id not enabled (table miss)": [(None, 2, 999, a["ce"])]}
     out = {}
-    for path, cb in (("py", hub._callback), ("thunk", hub._cb)):
+    paths = [("py", hub._callback, False), ("thunk", hub._cb, False)]
+    if hub.fast is not None:  # the C callback, called as CUPTI would (GIL released around it)
+        paths.append(("c", hub.fast.fire, True))
+    for path, cb, c_args in paths:
         noop = _noop
         if between is not None:
             cb = (lambda *a, _cb=cb: (between(), _cb(*a)))
             noop = (lambda *a: (between(), None))
         for name, c in calls.items():
+            if c_args:  # fire(domain, cbid, data): no userdata argument
+                c = [a[1:] for a in c]
             out[f"{path}: {name}"] = (lambda cb=cb, c=c: fire(cb, c), len(c),
                                       lambda c=c, noop=noop: fire(noop, c))
     return out, keep
@@ -110,6 +117,7 @@ def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
 
 def run(depth: int, between=None) -> list[tuple[str, float]]:
     hub = FakeHub()
+    hub.use_fast()  # the C callback too, where it is built (else hub.fast stays None)
     region = FakeRegion()
     hub.acquire(region)
     rows = []
@@ -139,7 +147,7 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:
         hub.release(region)
-    assert hub.errors == 0, hub.errors
+    assert hub.errors == 0 and (hub.fast is None or hub.fast.errors() == 0), hub.errors
     return rows
 
 

@@ -6,8 +6,8 @@ Three workloads: 2,000 tiny kernels (launch-bound, the worst case for any per-op
 calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 4-layer
 TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
 interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
-opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and reported as the median over rounds and as a ratio to
-the bare loop of the same rounds.
+opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and
+reported as the median over rounds and as a ratio to the bare loop of the same rounds.
 
 Order matters: once torch.profiler has run in a process, CUPTI cannot be subscribed again (one
 subscriber per process), so every cuda-detector configuration is timed before any profiler one.
@@ -22,8 +22,10 @@ raw CUPTI subscriptions with no syncguard region, each adding one layer:
   libc's ``abs``, which ignores its arguments: no Python, no GIL);
 * ``cupti: detector's ids, Python no-op callback``: plus the ctypes thunk and re-taking the GIL
   that torch released around the CUDA call;
-* ``audit(cuda) pointer``: plus the detector's Python work and its region entry and exit
-  (``exit_ms``: time spent leaving the region, inside the timing).
+* ``audit(cuda) pointer``: plus the detector's own work and its region entry and exit
+  (``enter_ms``/``exit_ms``: time spent entering and leaving the region, inside the timing), with
+  the C callback where it is built (``callback`` in the JSON says which ran);
+* ``audit(cuda) pointer, Python callback``: the same with the Python callback, side by side.
 
 An untimed pass per workload then enables the whole runtime and driver domains with a counting
 callback and records which CUDA APIs one call of the workload makes (``apis``), and which of them
@@ -97,12 +99,17 @@ EXIT_MS: dict = collections.defaultdict(list)  # configuration -> ms spent leavi
 ENTER_MS: dict = collections.defaultdict(list)  # configuration -> ms spent entering it
 
 
-def cuda_with(hostmem, name):
+def cuda_with(hostmem, name, callback="default"):
+    """audit(cuda) with the hub's pageable/pinned method ``hostmem``; ``callback="python"`` gives
+    CUPTI the Python callback even where the C one is built (switched between regions only)."""
     from syncguard.detectors.cuda import HUB
 
     @contextlib.contextmanager
     def cm():
         saved, HUB.hostmem = HUB.hostmem, hostmem
+        fast = HUB.fast
+        if callback == "python":
+            HUB.fast = None
         try:
             t_enter = time.perf_counter()
             with syncguard.audit(("cuda",)) as rep:
@@ -112,7 +119,7 @@ def cuda_with(hostmem, name):
             EXIT_MS[name].append((time.perf_counter() - t_body) * 1e3)
             assert rep.detectors == ("cuda",), rep.notes
         finally:
-            HUB.hostmem = saved
+            HUB.hostmem, HUB.fast = saved, fast
     return cm
 
 
@@ -231,6 +238,8 @@ def main():
         "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
         "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
         "audit(cuda) pointer": cuda_with("pointer", "audit(cuda) pointer"),
+        "audit(cuda) pointer, Python callback": cuda_with("pointer", "audit(cuda) pointer, Python callback",
+                                                          "python"),
         "audit(cuda) activity": cuda_with("activity", "audit(cuda) activity"),
         "audit(debug,trace) fallback": lambda: syncguard.audit(("debug", "trace")),
     }
@@ -277,13 +286,16 @@ def main():
         for k, (enter, leave) in exits[wname].items():
             table[wname][k]["enter_ms"], table[wname][k]["exit_ms"] = enter, leave
     ver = torch.__version__.split("+")[0]
+    from syncguard.detectors.cuda import HUB
+
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
+           "callback": HUB.callback,
            "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table,
            "calls_per_workload_call": calls}
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
-          "interleaved rounds", ""]
+          "interleaved rounds", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
     for wname, rows in table.items():
         md += [f"## {wname}", "", "| configuration | median ms | × bare | spread (max-min) ms "
                "| of which entering the region, ms | of which leaving it, ms |",

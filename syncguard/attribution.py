@@ -133,13 +133,30 @@ def _site_at(f, depth: int) -> Site:
     while g is not None and len(frames) < depth:
         frames.append((g.f_code, g.f_lineno))
         g = g.f_back
-    (code, line), codes = frames[0], tuple(c for c, _ in frames)
+    return _cached_site(_site_cache, key, frames)
+
+
+def _cached_site(cache: dict, key, frames) -> Site:
+    """The Site of ((code, lineno), ...) innermost first, stored under ``key`` with its code
+    objects (which keeps every id in the key unique while the entry lives)."""
+    code, line = frames[0]
     site = Site(code.co_filename, line, code.co_name,
                 tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, n in frames))
-    if len(_site_cache) >= _CACHE_MAX:
-        _site_cache.clear()
-    _site_cache[key] = (site, codes)
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = (site, tuple(c for c, _ in frames))
     return site
+
+
+#: the C callback's Site cache (detectors/_cuptifast.c): a 64-bit hash of the same (code,
+#: offset) pairs -> (Site, codes); filled by :func:`site_from_frames` on a miss, the codes held so
+#: that no address in a live key can be reused
+c_site_cache: dict = {}
+
+
+def site_from_frames(key: int, frames: tuple) -> Site:
+    """The C callback's cache miss: the Site of ((code, lineno), ...), stored under ``key``."""
+    return _cached_site(c_site_cache, key, frames)
 
 
 _PROFILER_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")

@@ -225,8 +225,24 @@ class FakeLib:
         return fn
 
 
+def _c_callback_built() -> bool:
+    try:
+        from syncguard.detectors import _cuptifast  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: the two callbacks CUPTI may be given: tests that fire callbacks run through both
+PATHS = ["python", pytest.param("c", marks=pytest.mark.skipif(
+    not _c_callback_built(), reason="the C callback (_cuptifast) is not built here"))]
+
+
 class FakeHub(CuptiHub):
-    def __init__(self, subscribe_error=0):
+    """A hub over a fake libcupti. ``path="c"`` configures the C callback (``_cuptifast``) with
+    this hub's table, and :func:`_fire` then calls it as CUPTI would (GIL released)."""
+
+    def __init__(self, subscribe_error=0, path="python"):
         super().__init__()
         self.lib = types.SimpleNamespace(lib=FakeLib(subscribe_error), path="fake",
                                          error_name=lambda c: f"err{c}",
@@ -234,6 +250,9 @@ class FakeHub(CuptiHub):
         self.table = {(2, 41): ("cudaMemcpyAsync",) + RUNTIME_APIS["cudaMemcpyAsync"],
                       (2, 131): ("cudaStreamSynchronize",) + RUNTIME_APIS["cudaStreamSynchronize"],
                       (1, 126): ("cuStreamSynchronize",) + DRIVER_APIS["cuStreamSynchronize"]}
+        if path == "c":
+            self.use_fast()
+            assert self.fast is not None, self.callback
 
     def unavailable(self):
         return None
@@ -248,7 +267,8 @@ class FakeRegion:
 def _fire(hub, domain, cbid, site, corr, params=None):
     data = C.CallbackData(callbackSite=site, correlationId=corr,
                           functionParams=ctypes.addressof(params) if params is not None else None)
-    hub._callback(None, domain, cbid, ctypes.addressof(data))  # L-FIRE
+    addr, fast = ctypes.addressof(data), hub.fast
+    fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)  # L-FIRE
 
 
 def test_canonical_names_drop_version_suffixes():
@@ -346,9 +366,10 @@ def test_subscribe_failure_is_a_clear_unavailable_reason():
     assert hub.users == 0 and not hub.subscribed
 
 
-def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync():
+@pytest.mark.parametrize("path", PATHS)
+def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync(path):
     """Fake callback data: a D2H copy then a stream sync whose driver call nests under it."""
-    hub, region = FakeHub(), FakeRegion()
+    hub, region = FakeHub(path=path), FakeRegion()
     hub.acquire(region)
     token = routing.regions.set((region,))
     try:
@@ -364,14 +385,15 @@ def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync():
     hub.release(region)
     assert hub.errors == 0
     assert [o.api for o in region.observations] == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
-    assert region.observations[1].correlation == [2, 3]
+    assert region.observations[1].correlation == (2, 3)
     events, notes = combine(region.observations, {})
     assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
     assert events[0][0].lineno == marked_line(__file__, "L-FIRE")  # the innermost user frame
 
 
-def test_threads_without_a_region_are_dropped():
-    hub, region = FakeHub(), FakeRegion()
+@pytest.mark.parametrize("path", PATHS)
+def test_threads_without_a_region_are_dropped(path):
+    hub, region = FakeHub(path=path), FakeRegion()
     hub.acquire(region)
     sync = C.StreamParams(stream=0)
     _fire(hub, 2, 131, C.API_ENTER, 1, sync)
@@ -417,7 +439,8 @@ def test_copy_with_unknown_host_memory_is_noted_not_guessed():
     assert events == [] and "pageable or pinned is unknown" in notes[0]
 
 
-def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_reach_the_caller():
+@pytest.mark.parametrize("path", PATHS)
+def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_reach_the_caller(path):
     """Fake libcupti; a plain thread with no region stands in for torch's C++ autograd device
     thread (on the GPU a CUDA backward runs there). While the region's thread waits in
     run_backward, a sync on that thread goes to the region; after release the engine is restored."""
@@ -425,7 +448,7 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
     from torch.autograd.variable import Variable
 
     engine = Variable.__dict__["_execution_engine"]
-    hub, region = FakeHub(), FakeRegion()
+    hub, region = FakeHub(path=path), FakeRegion()
     hub.acquire(region)
     seen = {}
 

@@ -10,12 +10,14 @@ bounded.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 import pytest
 
 from syncguard import attribution, routing
 from syncguard.attribution import Site
+from syncguard.testing import marked_line
 
 
 def _expected_site(frame, depth=attribution.STACK_DEPTH) -> Site:
@@ -91,7 +93,8 @@ def test_caches_are_bounded(monkeypatch):
         assert len(attribution._site_cache) <= 4
 
 
-def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_pairing():
+@pytest.mark.parametrize("path", ["python", "c"])
+def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_pairing(path):
     """Fake libcupti (tests/test_detect.py's FakeHub), fake callback data: an async pinned H2D
     copy, a D2D copy, then a stream sync on the same line. The D2D copy sits between them, so the
     H2D copy is judged alone (pinned: no wait) and the sync is a plain stream sync."""
@@ -99,9 +102,11 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
 
     from syncguard.detectors import cupti as C
     from syncguard.detectors.cuda import combine
-    from tests.test_detect import FakeHub, FakeRegion
+    from tests.test_detect import FakeHub, FakeRegion, _c_callback_built
 
-    hub, region = FakeHub(), FakeRegion()
+    if path == "c" and not _c_callback_built():
+        pytest.skip("the C callback (_cuptifast) is not built here")
+    hub, region = FakeHub(path=path), FakeRegion()
     hub.acquire(region)
     h2d = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
     d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
@@ -110,7 +115,10 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
     def fire(cbid, site, corr, params):
         data = C.CallbackData(callbackSite=site, correlationId=corr,
                               functionParams=ctypes.addressof(params))
-        hub._callback(None, 2, cbid, ctypes.addressof(data))
+        if hub.fast is not None:
+            hub.fast.fire(2, cbid, ctypes.addressof(data))
+        else:
+            hub._callback(None, 2, cbid, ctypes.addressof(data))
 
     token = routing.regions.set((region,))
     try:
@@ -120,11 +128,82 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
     finally:
         routing.regions.reset(token)
     hub.release(region)
-    assert hub.errors == 0
+    assert hub.errors == 0 and (hub.fast is None or hub.fast.errors() == 0)
     obs = region.observations
     assert [o.direction for o in obs[:2]] == ["h2d", "d2d"]
+    assert [(o.src, o.dst, o.nbytes, o.stream, o.correlation) for o in obs] == [
+        (0x2000, 0x1000, 4, 0, (1,)), (0x3000, 0x1000, 4, 0, (2,)), (None, None, None, 0, (3,))]
     assert obs[1].site == Site() and obs[0].site.filename == __file__
     events, notes = combine(obs, {1: (1, 2, 3)})  # the H2D copy's host memory: pinned
     assert [e.kind for e, _, _ in events] == ["stream_sync"] and notes == []
     events, _ = combine([obs[0], obs[2]], {1: (1, 2, 3)})  # without the D2D copy they pair
     assert [e.kind for e, _, _ in events] == ["blocking_copy_h2d"]
+
+
+def test_the_c_callback_is_built_where_a_compiler_and_cpython_3_11_are():
+    """setup.py builds it as an optional extension: on a machine that can build it (CI's, the
+    GPU machine's) a missing module means the build broke, not that it was optional."""
+    import shutil
+    import sysconfig
+
+    can = (sys.implementation.name == "cpython" and sys.version_info >= (3, 11)
+           and shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc") is not None
+           and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
+    if not can:
+        pytest.skip("no C compiler or Python headers here: the Python callback runs")
+    from syncguard.detectors import _cuptifast
+
+    assert callable(_cuptifast.configure) and _cuptifast.callback_address()
+
+
+def _fake_torch_fire():
+    """fire(callback, args list, n): calls ``callback(*a)`` for each ``a`` from under ``n`` frames
+    whose file lies in torch's directory (internal), as torch's Python wrappers sit between the
+    user's line and the CUDA call."""
+    torch = pytest.importorskip("torch")
+    src = ("def fire(cb, calls, n):\n    if n > 1:\n        return fire(cb, calls, n - 1)\n"
+           "    for a in calls:\n        cb(*a)\n")
+    ns: dict = {}
+    exec(compile(src, os.path.join(os.path.dirname(torch.__file__), "fake_c_site.py"), "exec"), ns)
+    return ns["fire"]
+
+
+@pytest.mark.parametrize("internal", [1, 5])
+def test_the_c_callback_attributes_like_the_frames_say(internal):
+    """The C callback's Site (its own walk, hash and cache) against the frames read by hand, for
+    a sync made under torch-like frames, twice from the same line (the second from the cache) and
+    once from another line."""
+    import ctypes
+
+    from syncguard.detectors import cupti as C
+    from tests.test_detect import FakeHub, FakeRegion, _c_callback_built
+
+    if not _c_callback_built():
+        pytest.skip("the C callback (_cuptifast) is not built here")
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.acquire(region)
+    sync = C.StreamParams(stream=0)
+    datas = [C.CallbackData(callbackSite=s, correlationId=1, functionParams=ctypes.addressof(sync))
+             for s in (C.API_ENTER, C.API_EXIT)]
+    calls = [(2, 131, ctypes.addressof(d)) for d in datas]
+    fire = _fake_torch_fire()
+
+    def user_line():
+        return fire(hub.fast.fire, calls, internal), _expected_site(sys._getframe())
+
+    token = routing.regions.set((region,))
+    want = []
+    try:
+        for _ in range(2):
+            want.append(user_line()[1])
+        fire(hub.fast.fire, calls, internal)  # L-OTHER
+        want.append(_expected_site(sys._getframe()))
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert hub.fast.errors() == 0
+    got = [o.site for o in region.observations]
+    assert len(got) == 3 and got[0] is got[1]  # the second from the cache
+    # want[0] was read by hand on the call's own line, in the same frames
+    assert got[:2] == want[:2] and got[0].function == "user_line"
+    assert got[2].stack[1:] == want[2].stack[1:] and got[2].lineno == marked_line(__file__, "L-OTHER")

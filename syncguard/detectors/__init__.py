@@ -87,5 +87,6 @@ def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
     # the profiler and the cuda detector cannot both hold CUPTI (one subscriber per process)
     why = "the profile detector holds CUPTI" if "profile" in rest else get("cuda").unavailable()
     if why is None:
-        return tuple(dict.fromkeys(("cuda",) + rest)), "cuda: CUPTI callbacks on the CUDA runtime and driver"
+        return tuple(dict.fromkeys(("cuda",) + rest)), (
+            f"cuda: CUPTI callbacks on the CUDA runtime and driver ({get('cuda').callback})")
     return tuple(dict.fromkeys(FALLBACK + rest)), f"{','.join(FALLBACK)}: cuda detector unavailable ({why})"

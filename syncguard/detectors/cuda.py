@@ -68,6 +68,9 @@ class CuptiHub(CallPath):
         self.backward = BackwardOwners()
         self._tls = threading.local()
         self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
+        #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
+        self.fast = None
+        self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
         #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
         #: Both agreed with the profiler on every op of tests/gpu/scenarios.py on the H200; pointer
@@ -95,6 +98,11 @@ class CuptiHub(CallPath):
         if self.lib is None:
             lib = C.load()
             self.table, self.lib = callback_table(lib), lib
+            self.use_fast()
+
+    def use_fast(self) -> None:
+        """Give CUPTI the C callback when it was built and not turned off, else say why not."""
+        self.fast, self.callback = fast_callback(self)
 
     # -- subscription ------------------------------------------------------------------------
     # States: unsubscribed; subscribed with callbacks on (a region is open); parked (subscribed,
@@ -119,7 +127,8 @@ class CuptiHub(CallPath):
     def _subscribe(self) -> None:
         lib = self.lib
         if not self.subscribed:
-            code = lib.lib.cuptiSubscribe(ctypes.byref(self.handle), self._cb, None)
+            cb = self._cb if self.fast is None else self._cb_fast
+            code = lib.lib.cuptiSubscribe(ctypes.byref(self.handle), cb, None)
             if code != C.SUCCESS:
                 raise DetectorUnavailable(
                     f"cuptiSubscribe failed: {lib.error_name(code)} (another CUPTI client, such as "
@@ -128,6 +137,8 @@ class CuptiHub(CallPath):
             self._saved_profiler = wrap_profiler_start(self.hand_over)
         self.parked = False
         self.generation += 1  # per-thread call depth from before a park is stale
+        if self.fast is not None:
+            self.fast.new_generation()
         try:
             self._switch(1)
             if self.hostmem == "activity":
@@ -138,8 +149,13 @@ class CuptiHub(CallPath):
             raise DetectorUnavailable(str(e)) from None
 
     def _switch(self, on: int) -> None:
+        enable = self.lib.lib.cuptiEnableCallback
+        if self.fast is not None and isinstance(enable, ctypes._CFuncPtr):
+            # one call into C for every id (each ctypes call cost ~3 us on the H200's host)
+            self.fast.switch(ctypes.cast(enable, ctypes.c_void_p).value, self.handle.value or 0, on)
+            return
         for domain, cbid in self.table:
-            self.lib.lib.cuptiEnableCallback(on, self.handle, domain, cbid)
+            enable(on, self.handle, domain, cbid)
 
     def _park(self) -> None:
         self.backward.restore()
@@ -249,6 +265,34 @@ def other_threads() -> int:
     return threading.active_count() - 1
 
 
+def fast_callback(hub: CuptiHub):
+    """(the configured ``_cuptifast`` module, "C callback"), or (None, why the Python one runs)."""
+    if os.environ.get("SYNCGUARD_CUDA_CALLBACK", "c") == "python":
+        return None, "Python callback (SYNCGUARD_CUDA_CALLBACK=python)"
+    try:
+        from . import _cuptifast
+    except ImportError as e:
+        return None, f"Python callback (the C one is not built: {e})"
+    from .. import attribution
+    from .cudacalls import _NO_SITE, CudaCall, c_table
+
+    _cuptifast.configure(
+        table=c_table(hub.table), regions=routing.regions, allows=routing.allows,
+        backward_active=hub.backward.active, py_callback=hub._callback,
+        # torch's own per-thread getter when torch._guards is imported (one call, no wrapper)
+        compiling=attribution._compile_context_getter() or attribution.compiling,
+        code_cache=attribution._code_cache,
+        code_class=attribution._code_class, site_cache=attribution.c_site_cache,
+        make_site=attribution.site_from_frames, thread_name=_thread_name, call_type=CudaCall,
+        no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH)
+    hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
+    return _cuptifast, "C callback"
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name
+
+
 HUB = CuptiHub()
 
 
@@ -263,6 +307,11 @@ class Cuda:
     def unavailable(self) -> str | None:
         return self.hub.unavailable()
 
+    @property
+    def callback(self) -> str:
+        """Which callback CUPTI calls: "C callback", or "Python callback (why)"."""
+        return self.hub.callback
+
     def arm(self, region) -> None:
         self.hub.acquire(region)
 
@@ -274,7 +323,8 @@ class Cuda:
             region.report.notes.append(
                 f"cuda detector: {self.hub.backward.ambiguous} call(s) on autograd threads while "
                 "several backward passes ran at once were not attributed")
-        errors = self.hub.errors + self.hub.activity.errors
+        errors = self.hub.errors + self.hub.activity.errors + (
+            self.hub.fast.errors() if self.hub.fast is not None else 0)
         if errors:
             region.report.notes.append(f"cuda detector: {errors} callback error(s) swallowed")
         self.hub.release(region)

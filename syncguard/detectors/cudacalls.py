@@ -14,6 +14,7 @@ import re
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 from .. import routing
 from ..attribution import RUN, Site, site_and_phase, user_site
@@ -64,51 +65,73 @@ def canonical(name: str) -> str:
     return _VERSION.sub("", name)
 
 
-class CudaCall:
+class CudaCall(NamedTuple):
     """One sync, copy or free API call the detector kept: what its parameters said, where and on
     which thread it was made, how long the host spent in it. It is the region's observation
-    itself (``source == "cuda"``), appended to the region's list at the call's EXIT; mutable until
-    then. A slotted object, not a frozen :class:`~syncguard.routing.Observation` plus a parameter
-    object: one copy made three objects and a dict, a third of the callback's cost
-    (reports/cpu/callback-hotpath.md)."""
+    itself (``source == "cuda"``), appended to the region's list when the call returns. A tuple,
+    built once per call by either callback (the C one, ``_cuptifast.c``, makes the same fields in
+    the same order): not a frozen :class:`~syncguard.routing.Observation` plus a parameter
+    object, which made three objects and a dict per copy, a third of the callback's cost."""
 
-    __slots__ = ("api", "role", "kind", "direction", "is_async", "stream", "nbytes", "src", "dst",
-                 "correlation", "site", "phase", "thread", "allows", "t_ns", "blocked_us")
-    source = "cuda"
+    api: str
+    role: str
+    kind: str | None = None  # the sync's kind; None for a copy (its direction says)
+    direction: str | None = None  # h2d, d2h, d2d, h2h, or None when the call does not say
+    is_async: bool = False
+    correlation: tuple = ()  # this call's id and the driver calls' under it
+    stream: int | None = None
+    site: Site = _NO_SITE
+    phase: str = RUN
+    thread: str = ""
+    allows: tuple = ()
+    blocked_us: float | None = None
+    nbytes: int | None = None
+    src: int | None = None
+    dst: int | None = None
+    t_ns: int = 0  # perf_counter_ns at the call's ENTER
 
-    def __init__(self, api: str, role: str, kind: str | None = None, direction: str | None = None,
-                 is_async: bool = False, correlation: list | None = None, stream: int | None = None,
-                 site: Site = _NO_SITE, phase: str = RUN, thread: str = "", allows: tuple = (),
-                 blocked_us: float | None = None) -> None:
-        self.api, self.role, self.kind, self.direction = api, role, kind, direction
-        self.is_async, self.stream, self.correlation = is_async, stream, correlation or []
-        self.nbytes = self.src = self.dst = None
-        self.site, self.phase, self.thread, self.allows = site, phase, thread, allows
-        self.t_ns, self.blocked_us = 0, blocked_us
+    source = "cuda"  # a class attribute, not a field: what the region filters observations by
 
     @property
     def host_ptr(self) -> int | None:
         return self.src if self.direction == "h2d" else self.dst if self.direction == "d2h" else None
 
-    def __repr__(self) -> str:
-        return (f"CudaCall({self.api}, {self.role}, kind={self.kind}, direction={self.direction}, "
-                f"async={self.is_async}, stream={self.stream}, at={self.site.filename}:"
-                f"{self.site.lineno}, corr={self.correlation})")
+
+# The Python callback's call in flight: a list indexed like CudaCall's fields, turned into one at
+# EXIT (the driver calls under it append correlation ids, and the duration is known only then).
+_FIELDS = CudaCall._fields
+_CORR, _STREAM, _SITE, _PHASE, _THREAD, _ALLOWS, _BLOCKED, _NBYTES, _SRC, _DST, _T0 = (
+    _FIELDS.index(f) for f in ("correlation", "stream", "site", "phase", "thread", "allows",
+                               "blocked_us", "nbytes", "src", "dst", "t_ns"))
+_DEFAULTS = [CudaCall._field_defaults.get(f) for f in _FIELDS]
+_new_call = tuple.__new__
 
 
-def _read_params(spec, params_ptr, call: CudaCall) -> None:
+def _read_params(spec, params_ptr, call: list) -> None:
     if not params_ptr:
         return
     if spec is C.StreamParams:
-        call.stream = C.StreamParams.from_address(params_ptr).stream or 0
+        call[_STREAM] = C.StreamParams.from_address(params_ptr).stream or 0
     elif spec in (_P, _P2):
         p = spec.from_address(params_ptr)
-        direction = call.direction or _MEMCPY_KIND.get(p.kind)
+        direction = call[3] or _MEMCPY_KIND.get(p.kind)
         # cudaMemcpyDefault: the pointers say (the activity record's copyKind, or the runtime)
-        call.direction = None if direction == "default" else direction
-        call.stream = p.stream or 0
-        call.src, call.dst = p.src, p.dst
-        call.nbytes = p.count if spec is _P else p.width * p.height
+        call[3] = None if direction == "default" else direction
+        call[_STREAM] = p.stream or 0
+        call[_SRC], call[_DST] = p.src, p.dst
+        call[_NBYTES] = p.count if spec is _P else p.width * p.height
+
+
+_SPEC_CODE = {None: 0, C.StreamParams: 1, _P: 2, _P2: 3}
+_DIR_CODE = {None: 0, "h2d": 1, "d2h": 2, "d2d": 3, "h2h": 4}
+
+
+def c_table(table: dict) -> dict:
+    """The callback table as ``_cuptifast.configure`` reads it: (domain, cbid) -> (api, role,
+    kind or None for a copy, is_async, params struct code, direction code)."""
+    return {key: (api, role, None if role == COPY else kind, is_async, _SPEC_CODE[spec],
+                  _DIR_CODE[kind] if role == COPY else 0)
+            for key, (api, role, kind, is_async, spec) in table.items()}
 
 
 def callback_table(lib) -> dict:
@@ -159,7 +182,7 @@ class CallPath:
                 st[1] = depth + 1
                 if depth:  # a driver call under the runtime call: the same wait, same event
                     if st[2] is not None:
-                        st[2].correlation.append(data.correlationId)
+                        st[2][_CORR].append(data.correlationId)
                     return
                 st[2] = None
                 regions, owner = _regions.get(), None
@@ -178,43 +201,50 @@ class CallPath:
                 call = st[2]
                 if call is not None:
                     st[2] = None
-                    call.blocked_us = round((_now() - call.t_ns) / 1000, 1)
+                    call[_BLOCKED] = round((_now() - call[_T0]) / 1000, 1)
+                    call[_CORR] = tuple(call[_CORR])
+                    done = _new_call(CudaCall, call)
                     for r in st[3]:
-                        r.observations.append(call)
+                        r.observations.append(done)
                     st[3] = ()
         except BaseException:
             self.errors += 1
 
-    def _enter(self, entry, data, regions, owner) -> CudaCall | None:
+    def _enter(self, entry, data, regions, owner) -> list | None:
         api, role, kind, is_async, spec = entry
+        call = _DEFAULTS.copy()
+        call[0], call[1], call[4], call[_CORR] = api, role, is_async, [data.correlationId]
         if role == COPY:
-            call = CudaCall(api, role, None, kind, is_async, [data.correlationId])
+            call[3] = kind
         else:
-            call = CudaCall(api, role, kind, None, is_async, [data.correlationId])
+            call[2] = kind
         if role == FREE:
             ptr = ctypes.c_void_p.from_address(data.functionParams).value if data.functionParams else 1
             if not ptr:
                 return None  # cudaFree(NULL) frees nothing: the idiom that initialises a context
         elif spec is not None:
             _read_params(spec, data.functionParams, call)
-            if call.direction in _NO_WAIT:
+            if call[3] in _NO_WAIT:
                 # A device-to-device or host-to-host copy never makes the host wait for the GPU;
                 # its only use in combine() is to end a pending async copy's chance to pair with a
                 # later sync, which needs its place in the sequence, not its line or duration.
+                call[_CORR] = tuple(call[_CORR])
+                done = _new_call(CudaCall, call)
                 for r in regions:
-                    r.observations.append(call)
+                    r.observations.append(done)
                 return None  # nothing to time at EXIT
         # the frame that made the CUDA call (None on a thread with no Python frames)
-        call.site, call.phase = site_and_phase(sys._getframe(1).f_back)
+        site, call[_PHASE] = site_and_phase(sys._getframe(1).f_back)
         if owner is None:
-            call.thread = threading.current_thread().name
-            call.allows = _allows.get()
+            call[_THREAD] = threading.current_thread().name
+            call[_ALLOWS] = _allows.get()
         else:  # no Python frames of the user's on a C++ autograd thread: the backward() line
-            call.thread = f"autograd engine (backward of {owner[3]})"
-            call.allows = owner[1]
-            if call.site.filename is None:
-                call.site = owner[2]
-        call.t_ns = _now()
+            call[_THREAD] = f"autograd engine (backward of {owner[3]})"
+            call[_ALLOWS] = owner[1]
+            if site.filename is None:
+                site = owner[2]
+        call[_SITE] = site
+        call[_T0] = _now()
         return call
 
 

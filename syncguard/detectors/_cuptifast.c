@@ -1,0 +1,497 @@
+/* The cuda detector's CUPTI callback in C: what syncguard/detectors/cudacalls.py does in Python,
+ * without a ctypes thunk per callback and without Python bytecode on the hot path.
+ *
+ * Why it exists: on the H200 host one copy cost ~20 us of Python work (four callbacks: the
+ * runtime call and the driver call under it, ENTER and EXIT), against ~100 us for the whole
+ * sync-free merge it sits in (reports/gpu/2.11.0/overhead-*.md). Here a nested driver callback
+ * costs a table lookup and a thread-local counter, without the GIL; a kept call takes the GIL
+ * once at ENTER and once at EXIT.
+ *
+ * Same rules as the Python callback (which stays, as the fallback where this module did not
+ * build): only the outermost call of a thread is kept (a runtime call and the driver calls under
+ * it are one observation); only threads whose context has a region (the ``regions`` ContextVar)
+ * keep anything; a thread with no region while a backward pass of a region runs is handed to the
+ * Python callback whole (its owner logic lives there); the user's frame is found with the same
+ * per-code-object classification (attribution._code_cache / _code_class) and the Site is built
+ * by attribution's own function on a cache miss. Nothing here calls CUDA.
+ *
+ * Built by setup.py as an optional extension; CPython >= 3.11 (PyFrame_GetLasti).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <math.h>
+#include <time.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "_cuptifast needs CPython 3.11 or newer"
+#endif
+
+/* CUpti_CallbackData (cupti_callbacks.h) and the parameter structs read, as in cupti.py */
+typedef struct {
+    int callbackSite;
+    const char *functionName;
+    const void *functionParams;
+    void *functionReturnValue;
+    const char *symbolName;
+    void *context;
+    uint32_t contextUid;
+    uint64_t *correlationData;
+    uint32_t correlationId;
+} CallbackData;
+typedef struct { void *dst; const void *src; size_t count; int kind; void *stream; } MemcpyParams;
+typedef struct {
+    void *dst; size_t dpitch; const void *src; size_t spitch; size_t width; size_t height;
+    int kind; void *stream;
+} Memcpy2DParams;
+
+enum { ROLE_SYNC = 1, ROLE_COPY = 2, ROLE_FREE = 3 };
+enum { SPEC_NONE = 0, SPEC_STREAM = 1, SPEC_MEMCPY = 2, SPEC_MEMCPY2D = 3 };
+enum { DIR_NONE = 0, DIR_H2D = 1, DIR_D2H = 2, DIR_D2D = 3, DIR_H2H = 4 };
+enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2 };
+#define MAXCB 4096
+#define MAXCORR 8
+
+typedef struct { int8_t used, role, dir, is_async, spec; int16_t index; } Entry;
+static Entry entries[3][MAXCB];
+
+/* configuration (configure()); strong references held until the next configure() */
+static PyObject *api_names;      /* tuple: entry index -> api name (str) */
+static PyObject *kind_names;     /* tuple: entry index -> kind (str) or None */
+static PyObject *role_names;     /* tuple: entry index -> role (str) */
+static PyObject *regions_var, *allows_var;
+static PyObject *backward_active; /* dict, non-empty while a region's backward pass runs */
+static PyObject *py_callback;    /* callable(userdata, domain, cbid, cbdata): the Python path */
+static PyObject *compiling;      /* callable() -> None/False unless torch.compile is compiling */
+static PyObject *code_cache;     /* dict id(code) -> (class, code): attribution._code_cache */
+static PyObject *code_class;     /* callable(code) -> int: attribution._code_class */
+static PyObject *site_cache;     /* dict: 64-bit stack hash -> (Site, codes) */
+static PyObject *make_site;      /* callable(key, ((code, line), ...)) -> Site, caches it */
+static PyObject *thread_name;    /* callable() -> str */
+static PyObject *call_type;      /* CudaCall (a tuple subclass) */
+static PyObject *no_site;        /* Site() */
+static PyObject *s_dir[5], *s_phase[3], *s_observations, *s_empty, *s_nothread;
+static int stack_depth = 32;
+static volatile long generation = 1;
+static long errors;
+
+typedef struct {
+    long gen;
+    int depth, mode, index, dir, is_async, ncorr, phase, has_stream, has_ptrs;
+    uint32_t corr[MAXCORR];
+    uint64_t stream, src, dst, nbytes;
+    int64_t t0;
+    PyObject *regions, *allows, *site, *thread; /* owned while MODE_KEPT */
+    PyObject *name; /* the thread's name, read once per subscription (a rename inside one
+                       region is seen from the next region on) */
+    long name_gen;
+} ThreadState;
+static __thread ThreadState T;
+
+static int64_t now_ns(void) {
+    struct timespec ts; /* time.perf_counter_ns() reads the same clock on Linux */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int memcpy_dir(int kind) {
+    switch (kind) { /* cudaMemcpyKind; 4 = cudaMemcpyDefault: the pointers say, not the call */
+    case 0: return DIR_H2H; case 1: return DIR_H2D; case 2: return DIR_D2H; case 3: return DIR_D2D;
+    default: return DIR_NONE;
+    }
+}
+
+static void clear_kept(ThreadState *t) {
+    Py_CLEAR(t->regions); Py_CLEAR(t->allows); Py_CLEAR(t->site); Py_CLEAR(t->thread);
+}
+
+/* 0 user, 1 internal, 2 CUDA-graph capture set-up, -1 error (attribution._code_class) */
+static int classify(PyCodeObject *code) {
+    PyObject *key = PyLong_FromVoidPtr(code);
+    if (!key) return -1;
+    PyObject *hit = PyDict_GetItemWithError(code_cache, key); /* borrowed */
+    Py_DECREF(key);
+    if (hit && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) > 0)
+        return (int)PyLong_AsLong(PyTuple_GET_ITEM(hit, 0));
+    if (PyErr_Occurred()) return -1;
+    PyObject *r = PyObject_CallOneArg(code_class, (PyObject *)code);
+    if (!r) return -1;
+    int cls = (int)PyLong_AsLong(r);
+    Py_DECREF(r);
+    return cls;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
+/* The Site of the innermost user frame with stack_depth frames of stack (new reference), and the
+ * phase raised to graph capture when a capture set-up frame lies between it and the call. The
+ * stack is keyed by (code address, instruction offset) pairs hashed to 64 bits; the cache entry
+ * holds its code objects, so no address in a live key can be reused. */
+static PyObject *user_site(int *phase) {
+    PyFrameObject *f = PyThreadState_GetFrame(PyThreadState_Get()); /* new ref or NULL */
+    while (f) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        int cls = classify(code);
+        Py_DECREF(code);
+        if (cls < 0) { Py_DECREF(f); return NULL; }
+        if (cls == 0) break;
+        if (cls == 2 && *phase == 0) *phase = 2;
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    if (!f) return Py_NewRef(no_site);
+    uint64_t h = 1469598103934665603ULL;
+    int n = 0;
+    PyFrameObject *g = (PyFrameObject *)Py_NewRef(f);
+    while (g && n < stack_depth) {
+        PyCodeObject *code = PyFrame_GetCode(g);
+        h = mix(mix(h, (uint64_t)(uintptr_t)code), (uint64_t)PyFrame_GetLasti(g));
+        Py_DECREF(code);
+        PyFrameObject *back = PyFrame_GetBack(g);
+        Py_DECREF(g);
+        g = back;
+        n++;
+    }
+    Py_XDECREF(g);
+    PyObject *key = PyLong_FromUnsignedLongLong(h), *site = NULL;
+    if (!key) goto done;
+    PyObject *hit = PyDict_GetItemWithError(site_cache, key);
+    if (hit) {
+        site = Py_NewRef(PyTuple_GET_ITEM(hit, 0));
+    } else if (!PyErr_Occurred()) {
+        PyObject *frames = PyTuple_New(n);
+        g = (PyFrameObject *)Py_NewRef(f);
+        for (int i = 0; frames && g && i < n; i++) {
+            PyCodeObject *code = PyFrame_GetCode(g);
+            PyObject *pair = Py_BuildValue("(Ni)", (PyObject *)code, PyFrame_GetLineNumber(g));
+            if (!pair) { Py_CLEAR(frames); break; }
+            PyTuple_SET_ITEM(frames, i, pair);
+            PyFrameObject *back = PyFrame_GetBack(g);
+            Py_DECREF(g);
+            g = back;
+        }
+        Py_XDECREF(g);
+        if (frames) site = PyObject_CallFunctionObjArgs(make_site, key, frames, NULL);
+        Py_XDECREF(frames);
+    }
+    Py_DECREF(key);
+done:
+    Py_DECREF(f);
+    return site;
+}
+
+/* A CudaCall (tuple subclass) from the fields, in cudacalls.CudaCall's order. Steals nothing. */
+static PyObject *make_call(int index, int dir, int is_async, PyObject *corr, PyObject *stream,
+                           PyObject *site, int phase, PyObject *thread, PyObject *allows,
+                           PyObject *blocked, PyObject *nbytes, PyObject *src, PyObject *dst,
+                           int64_t t0) {
+    PyObject *items = Py_BuildValue(
+        "(OOOOOOOOOOOOOOOL)", PyTuple_GET_ITEM(api_names, index), PyTuple_GET_ITEM(role_names, index),
+        PyTuple_GET_ITEM(kind_names, index), s_dir[dir], is_async ? Py_True : Py_False, corr,
+        stream, site, s_phase[phase], thread, allows, blocked, nbytes, src, dst, (long long)t0);
+    if (!items) return NULL;
+    PyObject *args = PyTuple_Pack(1, items);
+    Py_DECREF(items);
+    if (!args) return NULL;
+    PyObject *call = PyTuple_Type.tp_new((PyTypeObject *)call_type, args, NULL);
+    Py_DECREF(args);
+    return call;
+}
+
+static int deliver(PyObject *regions, PyObject *call) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {
+        PyObject *obs = PyObject_GetAttr(PyTuple_GET_ITEM(regions, i), s_observations);
+        if (!obs) return -1;
+        int rc = PyList_Append(obs, call);
+        Py_DECREF(obs);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+static PyObject *opt_u64(int has, uint64_t v) {
+    return has ? PyLong_FromUnsignedLongLong(v) : Py_NewRef(Py_None);
+}
+
+static void forward(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
+    PyObject *r = PyObject_CallFunction(py_callback, "OiIK", Py_None, domain, cbid,
+                                        (unsigned long long)(uintptr_t)d);
+    if (!r) { errors++; PyErr_Clear(); }
+    Py_XDECREF(r);
+}
+
+static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d) {
+    PyObject *regions = NULL;
+    if (PyContextVar_Get(regions_var, s_empty, &regions) < 0) goto error;
+    if (!PyTuple_Check(regions) || PyTuple_GET_SIZE(regions) == 0) {
+        Py_DECREF(regions);
+        if (backward_active && PyDict_GET_SIZE(backward_active)) {
+            t->mode = MODE_PYTHON; /* an autograd engine thread, maybe a region's: Python decides */
+            forward(NULL, domain, cbid, d);
+        }
+        return;
+    }
+    int dir = e->dir;
+    uint64_t stream = 0, src = 0, dst = 0, nbytes = 0;
+    int has_stream = 0, has_ptrs = 0;
+    const void *p = d->functionParams;
+    if (e->role == ROLE_FREE) {
+        if (p && *(void *const *)p == NULL) { Py_DECREF(regions); return; } /* cudaFree(NULL) */
+    } else if (p && e->spec == SPEC_STREAM) {
+        stream = (uint64_t)(uintptr_t)(*(void *const *)p); has_stream = 1;
+    } else if (p && e->spec == SPEC_MEMCPY) {
+        const MemcpyParams *m = p;
+        if (!dir) dir = memcpy_dir(m->kind);
+        stream = (uint64_t)(uintptr_t)m->stream; src = (uint64_t)(uintptr_t)m->src;
+        dst = (uint64_t)(uintptr_t)m->dst; nbytes = m->count; has_stream = has_ptrs = 1;
+    } else if (p && e->spec == SPEC_MEMCPY2D) {
+        const Memcpy2DParams *m = p;
+        if (!dir) dir = memcpy_dir(m->kind);
+        stream = (uint64_t)(uintptr_t)m->stream; src = (uint64_t)(uintptr_t)m->src;
+        dst = (uint64_t)(uintptr_t)m->dst; nbytes = (uint64_t)m->width * m->height;
+        has_stream = has_ptrs = 1;
+    }
+    if (e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H)) {
+        /* never a host wait; kept in order only to end a pending copy's pairing (combine) */
+        PyObject *corr = Py_BuildValue("(I)", d->correlationId);
+        PyObject *st = opt_u64(has_stream, stream), *nb = opt_u64(has_ptrs, nbytes);
+        PyObject *sr = opt_u64(has_ptrs && src, src), *ds = opt_u64(has_ptrs && dst, dst);
+        PyObject *call = (corr && st && nb && sr && ds) ? make_call(
+            e->index, dir, e->is_async, corr, st, no_site, 0, s_nothread, s_empty, Py_None, nb, sr,
+            ds, 0) : NULL;
+        int rc = call ? deliver(regions, call) : -1;
+        Py_XDECREF(corr); Py_XDECREF(st); Py_XDECREF(nb); Py_XDECREF(sr); Py_XDECREF(ds);
+        Py_XDECREF(call); Py_DECREF(regions);
+        if (rc < 0) goto error;
+        return;
+    }
+    int phase = 0;
+    PyObject *c = PyObject_CallNoArgs(compiling);
+    if (!c) PyErr_Clear(); /* as attribution.compiling(): a failing check means not compiling */
+    else if (c != Py_None && c != Py_False) phase = 1;
+    Py_XDECREF(c);
+    if (!t->name || t->name_gen != generation) {
+        PyObject *name = PyObject_CallNoArgs(thread_name);
+        if (!name) { Py_DECREF(regions); goto error; }
+        Py_XSETREF(t->name, name);
+        t->name_gen = generation;
+    }
+    PyObject *site = user_site(&phase), *allows = NULL, *thread = Py_NewRef(t->name);
+    if (!site || PyContextVar_Get(allows_var, s_empty, &allows) < 0) {
+        Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
+        goto error;
+    }
+    t->regions = regions; t->site = site; t->allows = allows; t->thread = thread;
+    t->index = e->index; t->dir = dir; t->is_async = e->is_async; t->phase = phase;
+    t->has_stream = has_stream; t->has_ptrs = has_ptrs;
+    t->stream = stream; t->src = src; t->dst = dst; t->nbytes = nbytes;
+    t->corr[0] = d->correlationId; t->ncorr = 1;
+    t->mode = MODE_KEPT;
+    t->t0 = now_ns();
+    return;
+error:
+    errors++;
+    PyErr_Clear();
+}
+
+static void leave(ThreadState *t) {
+    int64_t t1 = now_ns();
+    PyObject *corr = PyTuple_New(t->ncorr);
+    for (int i = 0; corr && i < t->ncorr; i++) {
+        PyObject *v = PyLong_FromUnsignedLong(t->corr[i]);
+        if (!v) { Py_CLEAR(corr); break; }
+        PyTuple_SET_ITEM(corr, i, v);
+    }
+    /* microseconds to one decimal, as the Python callback's round((t1 - t0) / 1000, 1) */
+    PyObject *blocked = PyFloat_FromDouble((double)llround((double)(t1 - t->t0) / 100.0) / 10.0);
+    PyObject *st = opt_u64(t->has_stream, t->stream), *nb = opt_u64(t->has_ptrs, t->nbytes);
+    PyObject *sr = opt_u64(t->has_ptrs && t->src, t->src), *ds = opt_u64(t->has_ptrs && t->dst, t->dst);
+    PyObject *call = (corr && blocked && st && nb && sr && ds) ? make_call(
+        t->index, t->dir, t->is_async, corr, st, t->site, t->phase, t->thread, t->allows, blocked, nb, sr, ds, t->t0) : NULL;
+    int rc = call ? deliver(t->regions, call) : -1;
+    Py_XDECREF(corr); Py_XDECREF(blocked); Py_XDECREF(st); Py_XDECREF(nb); Py_XDECREF(sr);
+    Py_XDECREF(ds); Py_XDECREF(call);
+    clear_kept(t);
+    if (rc < 0) { errors++; PyErr_Clear(); }
+}
+
+static void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
+    if (domain < 1 || domain > 2 || cbid >= MAXCB || !d) return;
+    const Entry *e = &entries[domain][cbid];
+    if (!e->used) return;
+    ThreadState *t = &T;
+    if (t->gen != generation) { /* state from before a park or a new subscription: stale */
+        if (t->mode == MODE_KEPT) {
+            PyGILState_STATE g = PyGILState_Ensure();
+            clear_kept(t);
+            PyGILState_Release(g);
+        }
+        t->gen = generation; t->depth = 0; t->mode = MODE_IDLE;
+    }
+    if (d->callbackSite == 0) { /* CUPTI_API_ENTER */
+        int depth = t->depth++;
+        if (depth) { /* a driver call under the runtime call: the same wait, the same event */
+            if (t->mode == MODE_KEPT && t->ncorr < MAXCORR) t->corr[t->ncorr++] = d->correlationId;
+            else if (t->mode == MODE_PYTHON) {
+                PyGILState_STATE g = PyGILState_Ensure();
+                forward(userdata, domain, cbid, d);
+                PyGILState_Release(g);
+            }
+            return;
+        }
+        t->mode = MODE_IDLE;
+        PyGILState_STATE g = PyGILState_Ensure();
+        enter(t, e, domain, cbid, d);
+        PyGILState_Release(g);
+    } else {
+        int depth = t->depth > 0 ? t->depth - 1 : 0;
+        t->depth = depth;
+        if (t->mode == MODE_PYTHON) {
+            PyGILState_STATE g = PyGILState_Ensure();
+            forward(userdata, domain, cbid, d);
+            PyGILState_Release(g);
+            if (!depth) t->mode = MODE_IDLE;
+            return;
+        }
+        if (depth || t->mode != MODE_KEPT) return;
+        t->mode = MODE_IDLE;
+        PyGILState_STATE g = PyGILState_Ensure();
+        leave(t);
+        PyGILState_Release(g);
+    }
+}
+
+/* ---- the module ---------------------------------------------------------------------------- */
+
+static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *names[] = {"table", "regions", "allows", "backward_active", "py_callback",
+                            "compiling", "code_cache", "code_class", "site_cache", "make_site",
+                            "thread_name", "call_type", "no_site", "stack_depth", NULL};
+    PyObject *table, *o[12];
+    int depth;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOO!OO!OOOOi", names, &PyDict_Type, &table,
+                                     &o[0], &o[1], &PyDict_Type, &o[2], &o[3], &o[4], &PyDict_Type,
+                                     &o[5], &o[6], &PyDict_Type, &o[7], &o[8], &o[9], &o[10],
+                                     &o[11], &depth))
+        return NULL;
+    if (!PyType_Check(o[10]) || !PyType_IsSubtype((PyTypeObject *)o[10], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "call_type must be a tuple subclass");
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, i = 0;
+    PyObject *apis = PyTuple_New(n), *kinds = PyTuple_New(n), *roles = PyTuple_New(n), *key, *val;
+    if (!apis || !kinds || !roles) goto fail;
+    static Entry fresh[3][MAXCB];
+    memset(fresh, 0, sizeof fresh);
+    while (PyDict_Next(table, &pos, &key, &val)) {
+        int domain, cbid, is_async, spec, dir;
+        PyObject *api, *role, *kind;
+        /* (domain, cbid) -> (api, role, kind, is_async, spec_code, dir_code) */
+        if (!PyArg_ParseTuple(key, "ii", &domain, &cbid) ||
+            !PyArg_ParseTuple(val, "UUOpii", &api, &role, &kind, &is_async, &spec, &dir))
+            goto fail;
+        if (domain < 1 || domain > 2 || cbid < 0 || cbid >= MAXCB || spec < 0 || spec > 3 ||
+            dir < 0 || dir > 4) {
+            PyErr_Format(PyExc_ValueError, "bad table entry for (%d, %d)", domain, cbid);
+            goto fail;
+        }
+        int role_code = PyUnicode_CompareWithASCIIString(role, "sync") == 0 ? ROLE_SYNC
+                      : PyUnicode_CompareWithASCIIString(role, "copy") == 0 ? ROLE_COPY
+                      : PyUnicode_CompareWithASCIIString(role, "free") == 0 ? ROLE_FREE : 0;
+        if (!role_code) { PyErr_Format(PyExc_ValueError, "unknown role %R", role); goto fail; }
+        Entry *e = &fresh[domain][cbid];
+        e->used = 1; e->role = (int8_t)role_code; e->dir = (int8_t)dir;
+        e->is_async = (int8_t)is_async; e->spec = (int8_t)spec; e->index = (int16_t)i;
+        PyTuple_SET_ITEM(apis, i, Py_NewRef(api));
+        PyTuple_SET_ITEM(roles, i, Py_NewRef(role));
+        PyTuple_SET_ITEM(kinds, i, Py_NewRef(kind));
+        i++;
+    }
+    memcpy(entries, fresh, sizeof entries);
+    Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
+    PyObject **slots[12] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
+                            &code_cache, &code_class, &site_cache, &make_site, &thread_name,
+                            &call_type, &no_site};
+    for (int k = 0; k < 12; k++) Py_XSETREF(*slots[k], Py_NewRef(o[k]));
+    stack_depth = depth;
+    generation++;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(apis); Py_XDECREF(kinds); Py_XDECREF(roles);
+    return NULL;
+}
+
+typedef int (*EnableFn)(uint32_t enable, void *subscriber, int domain, int cbid);
+
+static PyObject *fn_switch(PyObject *self, PyObject *args) {
+    /* cuptiEnableCallback(on, handle, domain, cbid) for every configured id, in one call */
+    unsigned long long fn, handle;
+    int on;
+    if (!PyArg_ParseTuple(args, "KKi", &fn, &handle, &on)) return NULL;
+    EnableFn enable = (EnableFn)(uintptr_t)fn;
+    int first_error = 0;
+    for (int d = 1; d <= 2; d++)
+        for (int c = 0; c < MAXCB; c++)
+            if (entries[d][c].used) {
+                int rc = enable((uint32_t)on, (void *)(uintptr_t)handle, d, c);
+                if (rc && !first_error) first_error = rc;
+            }
+    return PyLong_FromLong(first_error);
+}
+
+static PyObject *fn_address(PyObject *self, PyObject *noargs) {
+    return PyLong_FromVoidPtr((void *)callback);
+}
+
+static PyObject *fn_new_generation(PyObject *self, PyObject *noargs) {
+    generation++; /* every thread's depth and in-flight call from before are stale */
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_errors(PyObject *self, PyObject *noargs) {
+    return PyLong_FromLong(errors);
+}
+
+static PyObject *fn_fire(PyObject *self, PyObject *args) {
+    /* tests: call the callback as CUPTI would, with the GIL released around it */
+    int domain;
+    unsigned int cbid;
+    unsigned long long data;
+    if (!PyArg_ParseTuple(args, "iIK", &domain, &cbid, &data)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    callback(NULL, domain, cbid, (const CallbackData *)(uintptr_t)data);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))fn_configure, METH_VARARGS | METH_KEYWORDS,
+     "Set the callback table and the Python objects the callback reads."},
+    {"switch", fn_switch, METH_VARARGS, "switch(cuptiEnableCallback address, handle, on) -> first error"},
+    {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
+    {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
+    {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
+    {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cuptifast",
+                                    "The cuda detector's CUPTI callback in C.", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__cuptifast(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    const char *dirs[5] = {NULL, "h2d", "d2h", "d2d", "h2h"};
+    const char *phases[3] = {"run", "compile", "graph_capture"};
+    s_dir[0] = Py_NewRef(Py_None);
+    for (int i = 1; i < 5; i++) s_dir[i] = PyUnicode_InternFromString(dirs[i]);
+    for (int i = 0; i < 3; i++) s_phase[i] = PyUnicode_InternFromString(phases[i]);
+    s_observations = PyUnicode_InternFromString("observations");
+    s_nothread = PyUnicode_InternFromString("");
+    s_empty = PyTuple_New(0);
+    return m;
+}
