@@ -392,6 +392,35 @@ def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync(pa
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_a_driver_copy_made_directly_reads_its_own_parameters(path):
+    """Fake callback data for cuMemcpyHtoDAsync_v2 and cuMemcpyDtoH_v2 as an extension calls
+    them (no runtime call around them): direction from the API, pointers, size and stream from
+    the driver's parameter structs, so pageable or pinned can be asked of the host pointer."""
+    hub = FakeHub(path=path)
+    hub.table[(1, 300)] = ("cuMemcpyHtoDAsync",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
+    hub.table[(1, 301)] = ("cuMemcpyDtoH",) + DRIVER_APIS["cuMemcpyDtoH"]
+    if path == "c":
+        hub.use_fast()  # again: the C callback reads the table when configured
+    region = FakeRegion()
+    hub.acquire(region)
+    token = routing.regions.set((region,))
+    try:
+        h2d = C.DriverCopyAsyncParams(dst=0xd000, src=0x7000, count=256, stream=0x55)
+        d2h = C.DriverCopyParams(dst=0x8000, src=0xe000, count=64)
+        _fire(hub, 1, 300, C.API_ENTER, 11, h2d); _fire(hub, 1, 300, C.API_EXIT, 11, h2d)
+        _fire(hub, 1, 301, C.API_ENTER, 12, d2h); _fire(hub, 1, 301, C.API_EXIT, 12, d2h)
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    got = [(o.api, o.direction, o.is_async, o.src, o.dst, o.nbytes, o.stream, o.host_ptr)
+           for o in region.observations]
+    assert got == [("cuMemcpyHtoDAsync", "h2d", True, 0x7000, 0xd000, 256, 0x55, 0x7000),
+                   ("cuMemcpyDtoH", "d2h", False, 0xe000, 0x8000, 64, None, 0x8000)]
+    events, _ = combine(region.observations, {11: (1, 1, 3)})  # the H2D source: pageable
+    assert [e.kind for e, _, _ in events] == ["pageable_copy", "blocking_copy_d2h"]
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_threads_without_a_region_are_dropped(path):
     hub, region = FakeHub(path=path), FakeRegion()
     hub.acquire(region)

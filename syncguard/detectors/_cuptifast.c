@@ -40,13 +40,16 @@ typedef struct {
     uint32_t correlationId;
 } CallbackData;
 typedef struct { void *dst; const void *src; size_t count; int kind; void *stream; } MemcpyParams;
+/* cuMemcpyHtoD_v2 / cuMemcpyDtoH_v2 (+ the stream for the Async ones): dst, src, bytes */
+typedef struct { uint64_t dst; uint64_t src; size_t count; void *stream; } DriverCopyParams;
 typedef struct {
     void *dst; size_t dpitch; const void *src; size_t spitch; size_t width; size_t height;
     int kind; void *stream;
 } Memcpy2DParams;
 
 enum { ROLE_SYNC = 1, ROLE_COPY = 2, ROLE_FREE = 3 };
-enum { SPEC_NONE = 0, SPEC_STREAM = 1, SPEC_MEMCPY = 2, SPEC_MEMCPY2D = 3 };
+enum { SPEC_NONE = 0, SPEC_STREAM = 1, SPEC_MEMCPY = 2, SPEC_MEMCPY2D = 3, SPEC_DRV_COPY = 4,
+       SPEC_DRV_COPY_ASYNC = 5 };
 enum { DIR_NONE = 0, DIR_H2D = 1, DIR_D2H = 2, DIR_D2D = 3, DIR_H2H = 4 };
 enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2 };
 #define MAXCB 4096
@@ -254,6 +257,10 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         stream = (uint64_t)(uintptr_t)m->stream; src = (uint64_t)(uintptr_t)m->src;
         dst = (uint64_t)(uintptr_t)m->dst; nbytes = (uint64_t)m->width * m->height;
         has_stream = has_ptrs = 1;
+    } else if (p && (e->spec == SPEC_DRV_COPY || e->spec == SPEC_DRV_COPY_ASYNC)) {
+        const DriverCopyParams *m = p; /* the sync variants have no stream field: not read */
+        src = m->src; dst = m->dst; nbytes = m->count; has_ptrs = 1;
+        if (e->spec == SPEC_DRV_COPY_ASYNC) { stream = (uint64_t)(uintptr_t)m->stream; has_stream = 1; }
     }
     if (e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H)) {
         /* never a host wait; kept in order only to end a pending copy's pairing (combine) */
@@ -394,7 +401,7 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
         if (!PyArg_ParseTuple(key, "ii", &domain, &cbid) ||
             !PyArg_ParseTuple(val, "UUOpii", &api, &role, &kind, &is_async, &spec, &dir))
             goto fail;
-        if (domain < 1 || domain > 2 || cbid < 0 || cbid >= MAXCB || spec < 0 || spec > 3 ||
+        if (domain < 1 || domain > 2 || cbid < 0 || cbid >= MAXCB || spec < 0 || spec > 5 ||
             dir < 0 || dir > 4) {
             PyErr_Format(PyExc_ValueError, "bad table entry for (%d, %d)", domain, cbid);
             goto fail;

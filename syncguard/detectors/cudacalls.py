@@ -37,18 +37,19 @@ RUNTIME_APIS = {
     "cudaMemcpyAsync": (COPY, None, True, _P), "cudaMemcpyAsync_ptsz": (COPY, None, True, _P),
     "cudaMemcpy2DAsync": (COPY, None, True, _P2), "cudaMemcpy2DAsync_ptsz": (COPY, None, True, _P2),
 }
+_D, _DA = C.DriverCopyParams, C.DriverCopyAsyncParams
 DRIVER_APIS = {
     "cuStreamSynchronize": (SYNC, STREAM_SYNC, False, C.StreamParams),
     "cuStreamSynchronize_ptsz": (SYNC, STREAM_SYNC, False, C.StreamParams),
     "cuCtxSynchronize": (SYNC, DEVICE_SYNC, False, None),
     "cuEventSynchronize": (SYNC, EVENT_SYNC, False, None),
     "cuMemFree": (FREE, IMPLICIT_FREE, False, None),
-    "cuMemcpyHtoD": (COPY, "h2d", False, None), "cuMemcpyHtoD_ptds": (COPY, "h2d", False, None),
-    "cuMemcpyDtoH": (COPY, "d2h", False, None), "cuMemcpyDtoH_ptds": (COPY, "d2h", False, None),
+    "cuMemcpyHtoD": (COPY, "h2d", False, _D), "cuMemcpyHtoD_ptds": (COPY, "h2d", False, _D),
+    "cuMemcpyDtoH": (COPY, "d2h", False, _D), "cuMemcpyDtoH_ptds": (COPY, "d2h", False, _D),
     "cuMemcpy": (COPY, None, False, None), "cuMemcpy_ptds": (COPY, None, False, None),
     "cuMemcpy2D": (COPY, None, False, None), "cuMemcpy2DUnaligned": (COPY, None, False, None),
-    "cuMemcpyHtoDAsync": (COPY, "h2d", True, None), "cuMemcpyHtoDAsync_ptsz": (COPY, "h2d", True, None),
-    "cuMemcpyDtoHAsync": (COPY, "d2h", True, None), "cuMemcpyDtoHAsync_ptsz": (COPY, "d2h", True, None),
+    "cuMemcpyHtoDAsync": (COPY, "h2d", True, _DA), "cuMemcpyHtoDAsync_ptsz": (COPY, "h2d", True, _DA),
+    "cuMemcpyDtoHAsync": (COPY, "d2h", True, _DA), "cuMemcpyDtoHAsync_ptsz": (COPY, "d2h", True, _DA),
     "cuMemcpyAsync": (COPY, None, True, None), "cuMemcpyAsync_ptsz": (COPY, None, True, None),
     "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
 }
@@ -120,9 +121,14 @@ def _read_params(spec, params_ptr, call: list) -> None:
         call[_STREAM] = p.stream or 0
         call[_SRC], call[_DST] = p.src, p.dst
         call[_NBYTES] = p.count if spec is _P else p.width * p.height
+    elif spec is _D or spec is _DA:  # a driver copy: the direction is the API's own
+        p = spec.from_address(params_ptr)
+        call[_SRC], call[_DST], call[_NBYTES] = p.src, p.dst, p.count
+        if spec is _DA:
+            call[_STREAM] = p.stream or 0
 
 
-_SPEC_CODE = {None: 0, C.StreamParams: 1, _P: 2, _P2: 3}
+_SPEC_CODE = {None: 0, C.StreamParams: 1, _P: 2, _P2: 3, _D: 4, _DA: 5}
 _DIR_CODE = {None: 0, "h2d": 1, "d2h": 2, "d2d": 3, "h2h": 4}
 
 

@@ -69,6 +69,20 @@ class Memcpy2DParams(ctypes.Structure):
                 ("height", ctypes.c_size_t), ("kind", ctypes.c_int), ("stream", ctypes.c_void_p)]
 
 
+class DriverCopyParams(ctypes.Structure):
+    """``cuMemcpyHtoD_v2_params`` / ``cuMemcpyDtoH_v2_params``: destination, source, bytes (the
+    device side is a ``CUdeviceptr``, the host side a pointer; both 64-bit)."""
+
+    _fields_ = [("dst", ctypes.c_void_p), ("src", ctypes.c_void_p), ("count", ctypes.c_size_t)]
+
+
+class DriverCopyAsyncParams(ctypes.Structure):
+    """``cuMemcpyHtoDAsync_v2_params`` / ``cuMemcpyDtoHAsync_v2_params``: the same, then the stream."""
+
+    _fields_ = [("dst", ctypes.c_void_p), ("src", ctypes.c_void_p), ("count", ctypes.c_size_t),
+                ("stream", ctypes.c_void_p)]
+
+
 class StreamParams(ctypes.Structure):
     """``cudaStreamSynchronize_v3020_params``: the stream is the only field."""
 
@@ -227,3 +241,34 @@ def load() -> Cupti:
     _load_error = (f"no libcupti for CUDA {major} found (tried {len(tried)} path(s): "
                    f"{', '.join(tried[:4]) or 'none'})")
     raise CuptiError(_load_error)
+
+
+def api_census(lib: Cupti, fn) -> dict[str, int]:
+    """Which CUDA runtime and driver APIs ``fn()`` calls, and how often: CUPTI callbacks on both
+    whole domains with a counting callback, subscribed only for the call. Independent of the
+    cuda detector's table and callbacks; used as ground truth for calls the profiler does not
+    list (driver APIs) and by the overhead benchmark. Needs the one CUPTI subscriber slot."""
+    counts: dict[int, int] = {}
+
+    def count(userdata, domain, cbid, cbdata):
+        # an int key and no allocation of GC-tracked objects: no collection (which could free a
+        # tensor and call CUDA) can start inside the callback
+        key = domain * 100000 + cbid
+        counts[key] = counts.get(key, 0) + 1
+
+    cb = CALLBACK(count)
+    lib.lib.cuptiEnableDomain.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int]
+    handle = ctypes.c_void_p()
+    lib.check(lib.lib.cuptiSubscribe(ctypes.byref(handle), cb, None), "cuptiSubscribe")
+    try:
+        for domain in (DOMAIN_DRIVER, DOMAIN_RUNTIME):
+            lib.check(lib.lib.cuptiEnableDomain(1, handle, domain), "cuptiEnableDomain")
+        fn()
+    finally:
+        lib.lib.cuptiUnsubscribe(handle)
+    out = {}
+    for key, n in sorted(counts.items()):
+        domain, cbid = divmod(key, 100000)
+        name = lib.callback_name(domain, cbid) or f"cbid {cbid}"
+        out[("drv " if domain == DOMAIN_DRIVER else "rt ") + name] = n // 2  # ENTER + EXIT
+    return out

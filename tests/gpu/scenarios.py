@@ -471,8 +471,9 @@ def _current_ctx(lib):
 
 
 #: driver calls a C++/CUDA extension makes directly -> the kind a host wait must be reported as
-#: (None: no wait). Declared here; the profiler's trace of the same calls cross-checks the API
-#: and, for copies, the direction and host memory (its GPU memcpy row names them).
+#: (None: no wait). Declared here; cross-checked in the same process by a CUPTI census of every
+#: runtime and driver API each call made (the profiler lists no driver API) and, for copies, by the
+#: profiler's GPU memcpy row (it names the direction and the host memory).
 DRIVER_OPS = {
     "cuStreamSynchronize": ("stream_sync", lambda lib, s: lib.cuStreamSynchronize(s["stream"])),
     "cuCtxSynchronize": ("device_sync", lambda lib, s: lib.cuCtxSynchronize()),
@@ -519,15 +520,18 @@ def driver_calls(out):
             rc = fn(lib, s)
         res[name] = {"want": want, "rc": rc, "events": _events(rep), "detectors": list(rep.detectors),
                      "notes": rep.notes}
+    from syncguard.detectors.cupti import api_census
+
+    for name, (_, fn) in ops.items():  # every runtime and driver API the call made (ground truth)
+        torch.cuda.synchronize()
+        res[name]["census"] = api_census(HUB.lib, lambda: fn(lib, s))
     for name, (_, fn) in ops.items():  # the profiler's view of the same calls, same process
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn(lib, s)
             torch.cuda.synchronize()
-        names_seen = [e.name for e in prof.events()]
-        res[name]["profiler_driver"] = sorted({x for x in names_seen
-                                               if x.startswith("cu") and not x.startswith("cuda")})
-        res[name]["profiler_memcpy"] = sorted({x for x in names_seen if x.startswith("Memcpy")})
+        res[name]["profiler_memcpy"] = sorted({e.name for e in prof.events()
+                                               if e.name.startswith("Memcpy")})
     out["ops"] = res
     out["file"] = __file__
 
