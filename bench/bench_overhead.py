@@ -223,6 +223,56 @@ def region_pieces(reps: int = 41) -> dict:
     return {k: round(statistics.median(v), 4) for k, v in times.items()}
 
 
+def region_breakdown(work, st, reps: int = 21) -> dict:
+    """The steps of a real ``audit(cuda)`` around ``work``, each timed where it runs: the
+    region's, the hub's and torch's functions it calls are wrapped with a clock for this pass
+    only, then restored. ms per region (total over ``reps`` regions / reps); nested steps are
+    inside their callers' figures."""
+    import syncguard.detectors as registry
+    import syncguard.scope as scope
+    from syncguard.detectors import cuda as cuda_mod
+    from syncguard.detectors.cuda import HUB
+
+    HUB.unavailable()
+    total: dict = collections.defaultdict(float)
+
+    def clocked(name, fn):
+        def wrapped(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                total[name] += (time.perf_counter() - t0) * 1e3
+        return wrapped
+
+    targets = [(scope.Region, n) for n in ("__enter__", "_cuda_unavailable", "_arm", "__exit__",
+                                           "_disarm", "_finalize", "_judge")]
+    targets += [(registry, "resolve"), (torch.cuda, "is_available"), (torch.cuda, "init")]
+    targets += [(HUB, n) for n in ("acquire", "_subscribe", "_switch", "release", "_park",
+                                   "_unsubscribe", "flush")]
+    targets += [(HUB.backward, "install"), (HUB.backward, "restore"), (HUB.lib.lib, "cuptiSubscribe"),
+                (HUB.lib.lib, "cuptiUnsubscribe")]
+    targets += [(cuda_mod, n) for n in ("wrap_profiler_start", "unwrap", "pointer_records",
+                                        "combine", "other_threads")]
+    saved = []
+    for owner, name in targets:
+        had = name in vars(owner) if isinstance(owner, type) or hasattr(owner, "__dict__") else True
+        original = getattr(owner, name)
+        saved.append((owner, name, original, had))
+        label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+        setattr(owner, name, clocked(label, original))
+    try:
+        for _ in range(reps):
+            timed(work, lambda: syncguard.audit(("cuda",)), st)
+    finally:
+        for owner, name, original, had in reversed(saved):
+            if had:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+    return {k: round(v / reps, 4) for k, v in total.items()}
+
+
 def cprofile_merges(st, out: str) -> None:
     """Where the cuda detector's time goes on 100 merges (issue 12: about 50 us per copy on the
     H200 against about 4 us in the CPU callback benchmark, reports/cpu/callback-cost.md). The
@@ -288,7 +338,12 @@ def main():
     }
     workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
                  ("transformer training step", train_step_workload()))
-    pieces = region_pieces()  # before any profiler configuration takes CUPTI
+    try:  # before any profiler configuration takes CUPTI; a failure must not lose the timings
+        pieces = region_pieces()
+        breakdown = {w: region_breakdown(work, st) for w, work in (("100 merges", merge_loop),
+                                                                    ("2000 tiny kernels", tiny_loop))}
+    except Exception as e:
+        pieces, breakdown = {f"failed: {e!r}": 0}, {}
     results = {w: {} for w, _ in workloads}
     calls = {}
     exits = {}
@@ -350,11 +405,18 @@ def main():
                + (", ".join(f"{k} ×{n}" for k, n in c["detector_callbacks"].items()) or "none")]
         md.append("")
     doc["region_pieces_ms"] = pieces
+    doc["region_breakdown_ms"] = breakdown
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md += ["## A cuda region's entry and exit, piece by piece", "",
            "Each step the hub takes, timed alone outside any region (median of 41, ms):", "",
            "| step | ms |", "|---|---|"] + [f"| {k} | {v} |" for k, v in pieces.items()] + [""]
+    md += ["Inside real regions around the workload (each function clocked where it runs; ms per "
+           "region; nested calls are inside their callers' figures):", "",
+           "| function | " + " | ".join(breakdown) + " |", "|---|" + "---|" * len(breakdown)]
+    names = list(dict.fromkeys(k for b in breakdown.values() for k in b))
+    md += [f"| {n} | " + " | ".join(str(b.get(n, "")) for b in breakdown.values()) + " |" for n in names]
+    md.append("")
     with open(os.path.join(a.out, f"overhead-{ver}.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))
