@@ -7,9 +7,10 @@ calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 
 TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
 interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
 opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and
-reported as the median over rounds and as a ratio to the bare loop of the same rounds, and as the
-best round against the bare loop's best (timeit's convention: on a shared host, noise only adds
-time; both are printed, side by side).
+reported as the median over rounds. The ratio to bare (``ratio``) is the median over rounds of
+the configuration's time over the bare loop's time in the same round (adjacent in time, so slow
+drift of the shared host's load cancels), with its quartiles; beside it, the ratio of the two
+medians and of the two best rounds (timeit's convention: noise only adds time).
 
 Order matters: once torch.profiler has run in a process, CUPTI cannot be subscribed again (one
 subscriber per process), so every cuda-detector configuration is timed before any profiler one.
@@ -373,11 +374,20 @@ def main():
     table = {}
     for wname, times in results.items():
         base = statistics.median(times["bare"])
-        best = min(times["bare"])
-        table[wname] = {k: {"median_ms": round(statistics.median(v) * 1e3, 3),
-                            "ratio": round(statistics.median(v) / base, 3),
-                            "best_ms": round(min(v) * 1e3, 3), "ratio_best": round(min(v) / best, 3),
-                            "spread_ms": round((max(v) - min(v)) * 1e3, 3)} for k, v in times.items()}
+        best, bare_rounds = min(times["bare"]), times["bare"]
+        table[wname] = {}
+        for k, v in times.items():
+            # the configuration against the bare loop of the same round (adjacent in time, so
+            # slow drift of the shared host cancels): median and quartiles over rounds
+            paired = [x / b for x, b in zip(v, bare_rounds)]
+            q1, _, q3 = statistics.quantiles(paired, n=4) if len(paired) > 1 else (paired * 3)
+            table[wname][k] = {
+                "median_ms": round(statistics.median(v) * 1e3, 3),
+                "ratio": round(statistics.median(paired), 3),
+                "ratio_q1": round(q1, 3), "ratio_q3": round(q3, 3),
+                "ratio_of_medians": round(statistics.median(v) / base, 3),
+                "best_ms": round(min(v) * 1e3, 3), "ratio_best": round(min(v) / best, 3),
+                "spread_ms": round((max(v) - min(v)) * 1e3, 3)}
         for k, (enter, leave) in exits[wname].items():
             table[wname][k]["enter_ms"], table[wname][k]["exit_ms"] = enter, leave
     ver = torch.__version__.split("+")[0]
@@ -392,10 +402,12 @@ def main():
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
           "interleaved rounds", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
     for wname, rows in table.items():
-        md += [f"## {wname}", "", "| configuration | median ms | × bare (medians) | best ms "
-               "| × bare (bests) | spread (max-min) ms | of which entering the region, ms "
-               "| of which leaving it, ms |", "|---|---|---|---|---|---|---|---|"]
-        md += [f"| {k} | {v['median_ms']} | {v['ratio']} | {v['best_ms']} | {v['ratio_best']} "
+        md += [f"## {wname}", "", "| configuration | median ms | × bare, per round: median "
+               "[quartiles] | × bare (medians) | best ms | × bare (bests) | spread (max-min) ms "
+               "| of which entering the region, ms | of which leaving it, ms |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        md += [f"| {k} | {v['median_ms']} | {v['ratio']} [{v['ratio_q1']}, {v['ratio_q3']}] "
+               f"| {v['ratio_of_medians']} | {v['best_ms']} | {v['ratio_best']} "
                f"| {v['spread_ms']} | {v.get('enter_ms', '')} | {v.get('exit_ms', '')} |"
                for k, v in rows.items()]
         c = calls[wname]

@@ -207,3 +207,51 @@ def test_the_c_callback_attributes_like_the_frames_say(internal):
     # want[0] was read by hand on the call's own line, in the same frames
     assert got[:2] == want[:2] and got[0].function == "user_line"
     assert got[2].stack[1:] == want[2].stack[1:] and got[2].lineno == marked_line(__file__, "L-OTHER")
+
+
+@pytest.mark.parametrize("path", ["python", "c"])
+def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monkeypatch):
+    """A fake libcudart (ctypes functions, callable from C too): 0x1000 is pinned host memory
+    (type 1), 0x2000 pageable (0: unregistered), 0x3000 managed (3), 0x4000 makes the query
+    fail. Each distinct pointer is asked once; a failed query leaves its copy without a record
+    and the error cleared."""
+    import ctypes
+
+    from syncguard.detectors import hostmem
+    from syncguard.detectors.cudacalls import CudaCall
+    from tests.test_detect import _c_callback_built
+
+    if path == "c" and not _c_callback_built():
+        pytest.skip("the C callback (_cuptifast) is not built here")
+    torch = pytest.importorskip("torch")
+    types = {0x1000: 1, 0x2000: 0, 0x3000: 3}
+    asked, cleared = [], []
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def get_attributes(attr, ptr):
+        asked.append(ptr)
+        if ptr not in types:
+            return 1  # cudaErrorInvalidValue
+        ctypes.c_int.from_address(attr).value = types[ptr]
+        return 0
+
+    @ctypes.CFUNCTYPE(ctypes.c_int)
+    def get_last_error():
+        cleared.append(1)
+        return 0
+
+    class FakeCudart:
+        cudaPointerGetAttributes, cudaGetLastError = get_attributes, get_last_error
+
+    monkeypatch.setattr(hostmem, "_load_cudart", lambda: FakeCudart)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    calls = [CudaCall("cudaMemcpyAsync", "copy", None, d, True, (corr,), 0, src=s, dst=t)
+             for corr, d, s, t in ((1, "h2d", 0x1000, 0xd0), (2, "h2d", 0x2000, 0xd0),
+                                   (3, "d2h", 0xd0, 0x3000), (4, "h2d", 0x4000, 0xd0),
+                                   (5, "h2d", 0x1000, 0xd8), (6, "d2d", 0xd0, 0xd8))]
+    fast = None
+    if path == "c":
+        from syncguard.detectors import _cuptifast as fast
+    got = hostmem.pointer_records(calls, fast)
+    assert got == {1: (1, 2, 3), 2: (1, 1, 3), 3: (2, 3, 2), 5: (1, 2, 3)}
+    assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000] and cleared == [1]

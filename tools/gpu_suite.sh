@@ -36,7 +36,7 @@ if [ "$what" = matrix ] || [ "$what" = full ]; then
   step "cases-$ver" $py -m pytest $P -n 4 --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
-  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 21
+  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 31
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
   # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):

@@ -21,6 +21,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
@@ -326,8 +327,15 @@ static void leave(ThreadState *t) {
     if (rc < 0) { errors++; PyErr_Clear(); }
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define FINALIZING() Py_IsFinalizing()
+#else
+#define FINALIZING() _Py_IsFinalizing()
+#endif
+
 static void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
     if (domain < 1 || domain > 2 || cbid >= MAXCB || !d) return;
+    if (FINALIZING()) return; /* no thread state may be taken while the interpreter shuts down */
     const Entry *e = &entries[domain][cbid];
     if (!e->used) return;
     ThreadState *t = &T;
@@ -475,6 +483,48 @@ static PyObject *fn_fire(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+typedef int (*PointerAttributesFn)(void *attributes, const void *ptr);
+typedef int (*GetLastErrorFn)(void);
+
+static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
+    /* cudaPointerGetAttributes(&a, p).type for each pointer, -1 where it failed (the error is
+     * then cleared with cudaGetLastError, as hostmem.pointer_records does): one call into C for
+     * a region's copies instead of one ctypes call each, with the GIL released around them */
+    unsigned long long attr_fn, last_error_fn;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "KKO", &attr_fn, &last_error_fn, &seq)) return NULL;
+    PyObject *fast = PySequence_Fast(seq, "pointer_types: a sequence of addresses");
+    if (!fast) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    uint64_t *ptrs = PyMem_Malloc(sizeof(uint64_t) * (n ? n : 1));
+    int *types = PyMem_Malloc(sizeof(int) * (n ? n : 1));
+    if (!ptrs || !types) { PyMem_Free(ptrs); PyMem_Free(types); Py_DECREF(fast); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ptrs[i] = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (PyErr_Occurred()) { PyMem_Free(ptrs); PyMem_Free(types); Py_DECREF(fast); return NULL; }
+    }
+    Py_DECREF(fast);
+    PointerAttributesFn get = (PointerAttributesFn)(uintptr_t)attr_fn;
+    GetLastErrorFn clear = (GetLastErrorFn)(uintptr_t)last_error_fn;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* cudaPointerAttributes: type, device, devicePointer, hostPointer; room for more */
+        struct { int type; int device; void *dev; void *host; long reserved[16]; } a;
+        memset(&a, 0, sizeof a);
+        if (get(&a, (const void *)(uintptr_t)ptrs[i]) != 0) { clear(); types[i] = -1; }
+        else types[i] = a.type;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromLong(types[i]);
+        if (!v) { Py_CLEAR(out); break; }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    PyMem_Free(ptrs); PyMem_Free(types);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))fn_configure, METH_VARARGS | METH_KEYWORDS,
      "Set the callback table and the Python objects the callback reads."},
@@ -483,6 +533,8 @@ static PyMethodDef methods[] = {
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
     {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
+    {"pointer_types", fn_pointer_types, METH_VARARGS,
+     "pointer_types(cudaPointerGetAttributes, cudaGetLastError, addresses) -> types (-1: failed)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cuptifast",

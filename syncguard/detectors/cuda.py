@@ -1,8 +1,11 @@
 """The ``cuda`` detector: CUPTI callbacks on the CUDA runtime and driver sync and copy APIs.
 
 It sees every host wait the process makes through CUDA, whoever issues it (torch's Python API,
-ATen's C++, a third-party extension), at the cost of one Python call per sync or copy API call
-and none per kernel launch: only the callback ids of those APIs are enabled, never a whole domain.
+ATen's C++, a third-party extension), at a cost per sync or copy API call and none per kernel
+launch: only the callback ids of those APIs are enabled, never a whole domain. The callback CUPTI
+calls is C (``_cuptifast.c``, an optional extension built at install) where it was built, else
+Python (:mod:`syncguard.detectors.cudacalls`); both keep the same fields by the same rules, and
+the report's detector reason says which ran.
 
 * Subscribed only while a region is open: a process-global hub, reference-counted across nested
   regions and threads, unsubscribes when the last one exits; nothing stays installed. Except
@@ -334,7 +337,7 @@ class Cuda:
         records = region.state.get("cuda_records", {})
         if self.hub.hostmem == "pointer":
             records = dict(records)
-            records.update(pointer_records(obs))
+            records.update(pointer_records(obs, self.hub.fast))
         events, notes = combine(obs, records)
         region.report.notes.extend(notes)
         if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:

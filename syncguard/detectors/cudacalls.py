@@ -6,6 +6,10 @@ subscribed: the API tables that say what a callback id means, the parameters rea
 call's own C struct, the per-thread depth that makes a runtime call and the driver calls under it
 one observation, and who a call on torch's autograd engine threads belongs to. Nothing here calls
 CUDA or raises into it.
+
+This is the Python callback. Where ``_cuptifast.c`` was built, CUPTI calls that C callback
+instead, which follows the same rules and builds the same :class:`CudaCall`, and hands a call
+here only for a thread with no region while a backward pass runs (the owner logic below).
 """
 from __future__ import annotations
 

@@ -107,9 +107,11 @@ def _load_cudart():
     return _cudart
 
 
-def pointer_records(obs) -> dict:
+def pointer_records(obs, fast=None) -> dict:
     """Activity-shaped records (copy, src, dst kinds) for the unpaired async copies of ``obs``,
-    asked of the runtime now (the region is exiting; no callback is running)."""
+    asked of the runtime now (the region is exiting; no callback is running). ``fast``: the C
+    callback's module, which asks for every pointer in one call (per pointer through ctypes this
+    was ~1 us on the H200's host, a third of a 100-copy region's exit)."""
     wanted = [o for o in obs if o.role == COPY and o.is_async and o.host_ptr]
     if not wanted:
         return {}
@@ -121,18 +123,28 @@ def pointer_records(obs) -> dict:
         lib = _load_cudart()
     except Exception:
         return {}
-    out, seen = {}, {}
-    for o in wanted:
-        ptr = o.host_ptr
-        host = seen.get(ptr)
-        if host is None:  # torch's host allocator reuses its pinned blocks: ask once per pointer
+    # torch's host allocator reuses its pinned blocks: ask once per pointer
+    ptrs = list(dict.fromkeys(o.host_ptr for o in wanted))
+    if fast is not None:
+        types = fast.pointer_types(ctypes.cast(lib.cudaPointerGetAttributes, ctypes.c_void_p).value,
+                                   ctypes.cast(lib.cudaGetLastError, ctypes.c_void_p).value, ptrs)
+    else:
+        types = []
+        for ptr in ptrs:
             attr = _PointerAttributes()
             if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
                 lib.cudaGetLastError()  # leave no error behind for torch's next launch check
-                continue
-            host = seen[ptr] = 2 if attr.type in (1, 3) else 1  # registered/managed: pinned
-        copy = 1 if o.direction == "h2d" else 2
-        out[o.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
+                types.append(-1)
+            else:
+                types.append(attr.type)
+    # registered or managed memory is pinned; a failed query (-1) says nothing
+    host = {p: 2 if t in (1, 3) else 1 for p, t in zip(ptrs, types) if t >= 0}
+    out = {}
+    for o in wanted:
+        kind = host.get(o.host_ptr)
+        if kind is not None:
+            copy = 1 if o.direction == "h2d" else 2
+            out[o.correlation[0]] = (copy, kind, 3) if copy == 1 else (copy, 3, kind)
     return out
 
 

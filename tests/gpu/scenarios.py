@@ -152,6 +152,7 @@ def kinds(out):
         res[name]["profile"] = sorted(e.kind for e in rep.syncs)
     out["ops"] = res
     out["pinned_pool"] = detect.__name__
+    out["callback"] = syncguard.detectors.get("cuda").callback
 
 
 def threads(out):

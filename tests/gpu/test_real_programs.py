@@ -63,10 +63,18 @@ def test_oom_and_argument_errors_keep_their_type(tmp_path):
     assert d["arg_inside"] == d["arg_after"] == RT
 
 
-@pytest.mark.parametrize("hostmem", ["activity", "pointer"])
-def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem):
-    d = run("kinds", tmp_path, f"-{hostmem}", SYNCGUARD_CUDA_HOSTMEM=hostmem)
+#: (pageable/pinned method, callback CUPTI calls): the C callback with both methods, and the
+#: Python callback (the fallback where the C one is not built) with the default method
+HOW = [("activity", "c"), ("pointer", "c"), ("pointer", "python")]
+
+
+@pytest.mark.parametrize("hostmem,callback", HOW)
+def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem, callback):
+    d = run("kinds", tmp_path, f"-{hostmem}-{callback}", SYNCGUARD_CUDA_HOSTMEM=hostmem,
+            SYNCGUARD_CUDA_CALLBACK=callback)
     assert all(v["detectors"] == ["cuda"] for v in d["ops"].values())
+    assert d["callback"] == ("C callback" if callback == "c" else
+                             "Python callback (SYNCGUARD_CUDA_CALLBACK=python)")
     bad = {k: v for k, v in d["ops"].items() if v["cuda"] != v["profile"] or not v["lines_ok"]}
     assert not bad, json.dumps(bad, indent=1)
 
@@ -77,14 +85,15 @@ _MEMCPY_ROW = {"blocking_copy_d2h": "DtoH (Device -> Pageable)",
                "pageable_copy": "HtoD (Pageable -> Device)"}
 
 
-def test_syncs_and_copies_made_straight_to_the_driver_are_seen(tmp_path):
+@pytest.mark.parametrize("callback", ["c", "python"])
+def test_syncs_and_copies_made_straight_to_the_driver_are_seen(tmp_path, callback):
     """An extension's cuMemcpyDtoH_v2 / cuCtxSynchronize / ...: one event each, the declared
     kind, on the calling line; the pinned async copy makes none. In the same process, a CUPTI
     census of both whole API domains must show that driver API and no runtime call, and the
     profiler's GPU memcpy row the copy's direction and host memory."""
     from tests.gpu.scenarios import DRIVER_OPS
 
-    d = run("driver_calls", tmp_path)
+    d = run("driver_calls", tmp_path, f"-{callback}", SYNCGUARD_CUDA_CALLBACK=callback)
     assert set(d["ops"]) | set(d["skipped"]) == set(DRIVER_OPS) and d["skipped"] in (
         [], ["cuCtxSynchronize_v2"])
     bad = {}
