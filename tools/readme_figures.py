@@ -31,6 +31,8 @@ _LABELS = {
 }
 #: the overhead configurations the README shows, in the benchmark's words, and how it names them
 _DETECTOR_ROWS = (("audit(cuda) pointer", "`cuda` (CUPTI; host memory by pointer: `auto`'s choice)"),
+                  ("audit(cuda) pointer, Python callback",
+                   "`cuda` with the Python callback (where the C one is not built)"),
                   ("audit(cuda) activity", "`cuda` (CUPTI; host memory by activity records)"),
                   ("audit(debug,trace) fallback", "`debug`+`trace` (`auto`'s fallback)"),
                   ("cupti: detector's ids, C no-op callback", "CUPTI alone, C no-op callback"),
@@ -99,17 +101,51 @@ def merge_table(data: dict | None = None) -> str:
     return "\n".join(out)
 
 
+def _ratio(cell: dict) -> str:
+    return f"{cell['ratio']:.2f}×"
+
+
 def detector_cost_table() -> str:
     data = json.loads(OVERHEAD.read_text())
     workloads = list(data["results"])
-    out = [f"Cost of each detector on the {data['gpu']} with torch {data['torch']} (median of "
-           f"{data['rounds']} interleaved rounds, ratio to the same loop without syncguard; "
+    out = [f"Cost of each detector on the {data['gpu']} with torch {data['torch']} ("
+           f"{data['rounds']} interleaved rounds; each round's time over the same loop without "
+           "syncguard in that round, median over rounds; `audit(cuda)` rows ran the "
+           f"{data.get('callback', 'Python callback')} unless named; "
            f"`{OVERHEAD.relative_to(ROOT).as_posix()}`):", "",
            "| configuration | " + " | ".join(workloads) + " |",
            "|---" * (len(workloads) + 1) + "|"]
     for key, title in _DETECTOR_ROWS:
-        out.append(f"| {title} | " + " | ".join(
-            f"{data['results'][w][key]['ratio']:.2f}×" for w in workloads) + " |")
+        if all(key in data["results"][w] for w in workloads):
+            out.append(f"| {title} | " + " | ".join(_ratio(data["results"][w][key])
+                                                    for w in workloads) + " |")
+    return "\n".join(out)
+
+
+def detector_cost_by_version() -> str:
+    """The default detector's cost on every torch of the version matrix (its own overhead run)."""
+    rows = []
+    for report in sorted((ROOT / "reports").glob("cuda-torch-*.json"),
+                         key=lambda p: tuple(int(x) for x in p.stem.split("-")[-1].split("."))):
+        version = report.stem.split("-")[-1]
+        path = ROOT / "reports" / "gpu" / version / f"overhead-{version}.json"
+        if path.exists():
+            rows.append((version, path, json.loads(path.read_text())))
+    if not rows:
+        return "No overhead run in the version matrix."
+    workloads = list(rows[0][2]["results"])
+    out = ["The default detector (`cuda`, host memory by pointer) on each torch of the version matrix: "
+           "median over rounds of the per-round ratio [quartiles] (`reports/gpu/<v>/overhead-<v>.json`):", "",
+           "| torch | callback | rounds | " + " | ".join(workloads) + " |",
+           "|---|---|---|" + "---|" * len(workloads)]
+    for version, _path, data in rows:
+        cells = []
+        for w in workloads:
+            c = data["results"][w]["audit(cuda) pointer"]
+            q = f" [{c['ratio_q1']:.2f}, {c['ratio_q3']:.2f}]" if "ratio_q1" in c else ""
+            cells.append(_ratio(c) + q)
+        out.append(f"| {data['torch']} | {data.get('callback', '')} | {data['rounds']} | "
+                   + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -131,7 +167,7 @@ def atlas_transitions() -> str:
 
 
 BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
-          "atlas-transitions": atlas_transitions}
+          "detector-cost-versions": detector_cost_by_version, "atlas-transitions": atlas_transitions}
 
 
 def render(text: str) -> str:
