@@ -276,7 +276,8 @@ def region_breakdown(work, st, reps: int = 21) -> dict:
 
 def cprofile_merges(st, out: str) -> None:
     """Where the cuda detector's time goes on 100 merges (issue 12: about 50 us per copy on the
-    H200 against about 4 us in the CPU callback benchmark, reports/cpu/callback-cost.md). The
+    H200 against about 4 us in the CPU callback benchmark, reports/cpu/callback-cost.md, with the
+    Python callback of that time). The
     callbacks run on the thread that made the CUDA call, so cProfile sees them; the region's
     entry and exit are inside the profile too."""
     import cProfile

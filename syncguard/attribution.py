@@ -88,8 +88,9 @@ def user_site(frame=None, depth: int = STACK_DEPTH) -> Site:
 # the (code, instruction offset) pairs that key it (an offset of a code object always maps to the
 # same line). Keys hold offsets (``f_lasti``), not line numbers: ``f_lineno`` decodes the code
 # object's line table up to the offset on every read, which in a long function costs more than
-# the rest of the callback (measured: 14 us in a 2,000-line function on CPython 3.11,
-# reports/cpu/callback-*.md), while ``f_lasti`` is a field read. Keys use id(code), never the code
+# the rest of the callback (measured: ~7 us for a frame at the end of a 2,000-line function on
+# CPython 3.11, 16 us on the H200's host; reports/cpu/callback-paths.md and
+# reports/probes/hotpath-9d91fed/callback-gpuhost.md), while ``f_lasti`` is a field read. Keys use id(code), never the code
 # object itself: code objects compare equal across files (CPython's code equality ignores
 # co_filename), so the same test function in two files would share an entry, and hashing one
 # hashes its bytecode. Each entry holds its code objects alive, so no other object can take their

@@ -76,7 +76,8 @@ class CudaCall(NamedTuple):
     itself (``source == "cuda"``), appended to the region's list when the call returns. A tuple,
     built once per call by either callback (the C one, ``_cuptifast.c``, makes the same fields in
     the same order): not a frozen :class:`~syncguard.routing.Observation` plus a parameter
-    object, which made three objects and a dict per copy, a third of the callback's cost."""
+    object, which made three objects and a dict per copy (with the offset-keyed site cache, the
+    Python copy callback went from ~4.1 to ~2.3 us on the CPU: reports/cpu/callback-hotpath.md)."""
 
     api: str
     role: str
