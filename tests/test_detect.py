@@ -468,6 +468,17 @@ def test_copy_with_unknown_host_memory_is_noted_not_guessed():
     assert events == [] and "pageable or pinned is unknown" in notes[0]
 
 
+def test_copy_whose_direction_nothing_says_is_noted_and_one_a_record_names_is_judged():
+    """cudaMemcpyDefault / cuMemcpy: the call names no direction. With a record (activity, or the
+    pointer query at exit) a blocking device-to-pageable copy is a blocking D2H copy; without
+    one it is not guessed, and the note says how many (it was dropped silently before)."""
+    copy = _obs("cudaMemcpy", "copy", None, False, corr=4)
+    events, notes = combine([copy], {4: (2, 3, 1)})
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
+    events, notes = combine([copy, _obs("cuMemcpyAsync", "copy", None, True, corr=5)], {})
+    assert events == [] and len(notes) == 1 and notes[0].startswith("cuda detector: 2 copy(ies)")
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_reach_the_caller(path):
     """Fake libcupti; a plain thread with no region stands in for torch's C++ autograd device

@@ -212,9 +212,12 @@ def test_the_c_callback_attributes_like_the_frames_say(internal):
 @pytest.mark.parametrize("path", ["python", "c"])
 def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monkeypatch):
     """A fake libcudart (ctypes functions, callable from C too): 0x1000 is pinned host memory
-    (type 1), 0x2000 pageable (0: unregistered), 0x3000 managed (3), 0x4000 makes the query
-    fail. Each distinct pointer is asked once; a failed query leaves its copy without a record
-    and the error cleared."""
+    (type 1), 0x2000 pageable (0: unregistered), 0x3000 managed (3), 0x9000 device memory (2),
+    0x4000 makes the query fail. Each distinct pointer is asked once; a failed query leaves its
+    copy without a record and the error cleared. Records are shaped as CUPTI's MEMCPY activity
+    records (copy kind 1 HtoD, 2 DtoH, 8 DtoD; memory kind 1 pageable, 2 pinned, 3 device,
+    5 managed: cupti_activity.h). Copies whose call names no direction (cudaMemcpyDefault) get it
+    from both pointers."""
     import ctypes
 
     from syncguard.detectors import hostmem
@@ -224,7 +227,7 @@ def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monk
     if path == "c" and not _c_callback_built():
         pytest.skip("the C callback (_cuptifast) is not built here")
     torch = pytest.importorskip("torch")
-    types = {0x1000: 1, 0x2000: 0, 0x3000: 3}
+    types = {0x1000: 1, 0x2000: 0, 0x3000: 3, 0x9000: 2}
     asked, cleared = [], []
 
     @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -249,9 +252,13 @@ def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monk
              for corr, d, s, t in ((1, "h2d", 0x1000, 0xd0), (2, "h2d", 0x2000, 0xd0),
                                    (3, "d2h", 0xd0, 0x3000), (4, "h2d", 0x4000, 0xd0),
                                    (5, "h2d", 0x1000, 0xd8), (6, "d2d", 0xd0, 0xd8))]
+    calls += [CudaCall("cudaMemcpy", "copy", None, None, False, (corr,), 0, src=s, dst=t)
+              for corr, s, t in ((7, 0x9000, 0x2000), (8, 0x1000, 0x9000), (9, 0x9000, 0x9000),
+                                 (10, 0x4000, 0x9000))]
     fast = None
     if path == "c":
         from syncguard.detectors import _cuptifast as fast
     got = hostmem.pointer_records(calls, fast)
-    assert got == {1: (1, 2, 3), 2: (1, 1, 3), 3: (2, 3, 2), 5: (1, 2, 3)}
-    assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000] and cleared == [1]
+    assert got == {1: (1, 2, 3), 2: (1, 1, 3), 3: (2, 3, 5), 5: (1, 2, 3),
+                   7: (2, 3, 1), 8: (1, 2, 3), 9: (8, 3, 3)}
+    assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000, 0x9000] and cleared == [1]

@@ -378,10 +378,14 @@ def combine(obs, records) -> tuple[list, list[str]]:
         elif host is None:
             unknown += 1
 
+    undirected = 0
     for o in obs:
         if o.role == COPY:
             direction = copy_direction(o, records)
             flush_pending()
+            if direction is None:
+                undirected += 1
+                continue
             if direction not in ("h2d", "d2h"):
                 continue  # d2d, h2h, p2p: the host does not wait for these
             if o.is_async:
@@ -414,4 +418,8 @@ def combine(obs, records) -> tuple[list, list[str]]:
     if unknown:
         notes.append(f"cuda detector: {unknown} async host<->device copy(ies) had no CUPTI memcpy "
                      "record, so pageable or pinned is unknown; not reported as syncs")
+    if undirected:
+        notes.append(f"cuda detector: {undirected} copy(ies) whose direction neither the call "
+                     "(cudaMemcpyDefault, the driver's cuMemcpy) nor a record or pointer query "
+                     "said; not judged")
     return events, notes

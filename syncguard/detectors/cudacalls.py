@@ -50,11 +50,12 @@ DRIVER_APIS = {
     "cuMemFree": (FREE, IMPLICIT_FREE, False, None),
     "cuMemcpyHtoD": (COPY, "h2d", False, _D), "cuMemcpyHtoD_ptds": (COPY, "h2d", False, _D),
     "cuMemcpyDtoH": (COPY, "d2h", False, _D), "cuMemcpyDtoH_ptds": (COPY, "d2h", False, _D),
-    "cuMemcpy": (COPY, None, False, None), "cuMemcpy_ptds": (COPY, None, False, None),
+    # unified addressing: the pointers say the direction (a CUPTI record, or asked at region exit)
+    "cuMemcpy": (COPY, None, False, _D), "cuMemcpy_ptds": (COPY, None, False, _D),
     "cuMemcpy2D": (COPY, None, False, None), "cuMemcpy2DUnaligned": (COPY, None, False, None),
     "cuMemcpyHtoDAsync": (COPY, "h2d", True, _DA), "cuMemcpyHtoDAsync_ptsz": (COPY, "h2d", True, _DA),
     "cuMemcpyDtoHAsync": (COPY, "d2h", True, _DA), "cuMemcpyDtoHAsync_ptsz": (COPY, "d2h", True, _DA),
-    "cuMemcpyAsync": (COPY, None, True, None), "cuMemcpyAsync_ptsz": (COPY, None, True, None),
+    "cuMemcpyAsync": (COPY, None, True, _DA), "cuMemcpyAsync_ptsz": (COPY, None, True, _DA),
     "cuMemcpy2DAsync": (COPY, None, True, None), "cuMemcpy2DAsync_ptsz": (COPY, None, True, None),
 }
 _VERSION = re.compile(r"_v\d+")

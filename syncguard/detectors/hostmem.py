@@ -13,6 +13,10 @@ a callback hung the process, NOTES), so the answer comes later, outside every ca
   correlation id and flushed at region exit. Exact, no CUDA call at all, but measured costlier.
 
 Both agreed with the profiler's runtime trace on every op measured (reports/probes/run2).
+
+The same two sources name the direction of a copy whose call does not (``cudaMemcpyDefault``, the
+driver's unified ``cuMemcpy``/``cuMemcpyAsync``): the activity record's ``copyKind``, or the two
+pointers' memory types. A copy that neither names is counted in a note, never dropped silently.
 """
 from __future__ import annotations
 
@@ -107,13 +111,25 @@ def _load_cudart():
     return _cudart
 
 
+#: cudaPointerGetAttributes' memory type -> CUPTI's memory kind (unregistered host memory is
+#: pageable; registered host memory pinned)
+_KIND_OF_TYPE = {0: 1, 1: 2, 2: 3, 3: 5}
+_HOST_KINDS = (1, 2)
+
+
 def pointer_records(obs, fast=None) -> dict:
-    """Activity-shaped records (copy, src, dst kinds) for the unpaired async copies of ``obs``,
-    asked of the runtime now (the region is exiting; no callback is running). ``fast``: the C
-    callback's module, which asks for every pointer in one call (per pointer through ctypes this
-    was ~1 us on the H200's host, a third of a 100-copy region's exit)."""
+    """Activity-shaped records (copy, src, dst kinds) asked of the runtime now (the region is
+    exiting; no callback is running), for two kinds of copy:
+
+    * an async host<->device copy: is its host memory pageable or pinned;
+    * a copy whose call does not say its direction (``cudaMemcpyDefault``, the driver's unified
+      ``cuMemcpy``): which side is the host's, and its memory.
+
+    ``fast``: the C callback's module, which asks for every pointer in one call (per pointer
+    through ctypes this was ~1 us on the H200's host)."""
     wanted = [o for o in obs if o.role == COPY and o.is_async and o.host_ptr]
-    if not wanted:
+    undirected = [o for o in obs if o.role == COPY and o.direction is None and o.src and o.dst]
+    if not wanted and not undirected:
         return {}
     try:
         import torch
@@ -124,7 +140,8 @@ def pointer_records(obs, fast=None) -> dict:
     except Exception:
         return {}
     # torch's host allocator reuses its pinned blocks: ask once per pointer
-    ptrs = list(dict.fromkeys(o.host_ptr for o in wanted))
+    ptrs = list(dict.fromkeys([o.host_ptr for o in wanted] + [p for o in undirected
+                                                               for p in (o.src, o.dst)]))
     if fast is not None:
         types = fast.pointer_types(ctypes.cast(lib.cudaPointerGetAttributes, ctypes.c_void_p).value,
                                    ctypes.cast(lib.cudaGetLastError, ctypes.c_void_p).value, ptrs)
@@ -137,14 +154,20 @@ def pointer_records(obs, fast=None) -> dict:
                 types.append(-1)
             else:
                 types.append(attr.type)
-    # registered or managed memory is pinned; a failed query (-1) says nothing
-    host = {p: 2 if t in (1, 3) else 1 for p, t in zip(ptrs, types) if t >= 0}
+    # a failed query (-1) says nothing
+    kind = {p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0}
     out = {}
     for o in wanted:
-        kind = host.get(o.host_ptr)
-        if kind is not None:
+        host = kind.get(o.host_ptr)
+        if host is not None:
             copy = 1 if o.direction == "h2d" else 2
-            out[o.correlation[0]] = (copy, kind, 3) if copy == 1 else (copy, 3, kind)
+            out[o.correlation[0]] = (copy, host, 3) if copy == 1 else (copy, 3, host)
+    for o in undirected:
+        src, dst = kind.get(o.src), kind.get(o.dst)
+        if src is not None and dst is not None:
+            from_host, to_host = src in _HOST_KINDS, dst in _HOST_KINDS
+            copy = (9 if to_host else 1) if from_host else (2 if to_host else 8)
+            out[o.correlation[0]] = (copy, src, dst)
     return out
 
 

@@ -456,7 +456,8 @@ def _driver():
     v, sz = ctypes.c_void_p, ctypes.c_size_t
     for name, args in (("cuStreamSynchronize", [v]), ("cuCtxSynchronize", []),
                        ("cuCtxGetCurrent", [ctypes.POINTER(v)]), ("cuMemcpyDtoH_v2", [v, v, sz]),
-                       ("cuMemcpyHtoD_v2", [v, v, sz]), ("cuMemcpyHtoDAsync_v2", [v, v, sz, v])):
+                       ("cuMemcpyHtoD_v2", [v, v, sz]), ("cuMemcpyHtoDAsync_v2", [v, v, sz, v]),
+                       ("cuMemcpy", [v, v, sz]), ("cuMemcpyAsync", [v, v, sz, v])):
         getattr(lib, name).argtypes = args
     if hasattr(lib, "cuCtxSynchronize_v2"):  # CUDA 13 drivers: cuCtxSynchronize(ctx)
         lib.cuCtxSynchronize_v2.argtypes = [v]
@@ -487,6 +488,10 @@ DRIVER_OPS = {
         s["d"], s["h"], s["n"], s["stream"])),
     "cuMemcpyHtoDAsync_v2/pinned": (None, lambda lib, s: lib.cuMemcpyHtoDAsync_v2(
         s["d"], s["p"], s["n"], s["stream"])),
+    # unified addressing: the call names no direction; the pointers say it
+    "cuMemcpy/d2h": ("blocking_copy_d2h", lambda lib, s: lib.cuMemcpy(s["h"], s["d"], s["n"])),
+    "cuMemcpyAsync/h2d pageable": ("pageable_copy", lambda lib, s: lib.cuMemcpyAsync(
+        s["d"], s["h"], s["n"], s["stream"])),
 }
 
 
