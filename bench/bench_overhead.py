@@ -365,8 +365,8 @@ def main():
             print(f"{wname}: " + "; ".join(f"{k} {statistics.median(v) / base:.3f}x"
                                            for k, v in times.items()), flush=True)
             if configs is before:
-                exits[wname] = {k: (round(statistics.median(ENTER_MS[k]), 3), round(statistics.median(v), 3))
-                                for k, v in EXIT_MS.items()}
+                # the last `rounds` entries are the timed rounds' (the first is the warm-up's)
+                exits[wname] = {k: (ENTER_MS[k][-a.rounds:], v[-a.rounds:]) for k, v in EXIT_MS.items()}
                 try:  # untimed, after the timings (printed above); before any profiler holds CUPTI
                     calls[wname] = apis_called(work, st)
                 except Exception as e:  # a census failure must not lose the timings
@@ -390,7 +390,13 @@ def main():
                 "best_ms": round(min(v) * 1e3, 3), "ratio_best": round(min(v) / best, 3),
                 "spread_ms": round((max(v) - min(v)) * 1e3, 3)}
         for k, (enter, leave) in exits[wname].items():
-            table[wname][k]["enter_ms"], table[wname][k]["exit_ms"] = enter, leave
+            cell = table[wname][k]
+            cell["enter_ms"] = round(statistics.median(enter), 3)
+            cell["exit_ms"] = round(statistics.median(leave), 3)
+            # the same rounds without the region's entry and exit: what the detector costs per
+            # call inside a region that is already open (a test's region spans many such loops)
+            body = [(x - (e + l) / 1e3) / b for x, e, l, b in zip(times[k], enter, leave, bare_rounds)]
+            cell["ratio_inside"] = round(statistics.median(body), 3)
     ver = torch.__version__.split("+")[0]
     from syncguard.detectors.cuda import HUB
 
@@ -405,12 +411,13 @@ def main():
     for wname, rows in table.items():
         md += [f"## {wname}", "", "| configuration | median ms | × bare, per round: median "
                "[quartiles] | × bare (medians) | best ms | × bare (bests) | spread (max-min) ms "
-               "| of which entering the region, ms | of which leaving it, ms |",
-               "|---|---|---|---|---|---|---|---|---|"]
+               "| of which entering the region, ms | of which leaving it, ms "
+               "| × bare without entry and exit, per round |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
         md += [f"| {k} | {v['median_ms']} | {v['ratio']} [{v['ratio_q1']}, {v['ratio_q3']}] "
                f"| {v['ratio_of_medians']} | {v['best_ms']} | {v['ratio_best']} "
-               f"| {v['spread_ms']} | {v.get('enter_ms', '')} | {v.get('exit_ms', '')} |"
-               for k, v in rows.items()]
+               f"| {v['spread_ms']} | {v.get('enter_ms', '')} | {v.get('exit_ms', '')} "
+               f"| {v.get('ratio_inside', '')} |" for k, v in rows.items()]
         c = calls[wname]
         md += ["", "CUDA APIs one call made (whole runtime+driver domains, untimed): "
                + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),
