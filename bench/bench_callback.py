@@ -103,6 +103,43 @@ def scenarios(hub, depth, between=None):
     return out, keep
 
 
+def _exit_per_copy(fast, copies: int = 100) -> float:
+    """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
+    sync-free merges leave them: one pinned host block) and a final device sync: the
+    pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
+    pairing. The fake and the capture check are swapped in only for this measurement."""
+    from syncguard.attribution import Site
+    from syncguard.detectors import hostmem
+    from syncguard.detectors.cuda import combine
+    from syncguard.detectors.cudacalls import CudaCall
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def attributes(attr, ptr):
+        ctypes.c_int.from_address(attr).value = 1  # cudaMemoryTypeHost: pinned
+        return 0
+
+    @ctypes.CFUNCTYPE(ctypes.c_int)
+    def last_error():
+        return 0
+
+    class FakeCudart:
+        cudaPointerGetAttributes, cudaGetLastError = attributes, last_error
+
+    site = Site("user.py", 3, "f", ("user.py:3 in f",))
+    obs = [CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (i,), 0, site, "run", "MainThread",
+                    (), 3.0, 33048, 0x7000, 0xd000 + i) for i in range(copies)]
+    obs.append(CudaCall("cudaDeviceSynchronize", "sync", "device_sync", None, False, (copies,), None,
+                        site, "run", "MainThread", (), 5.0))
+    saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
+    hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
+    try:
+        run = lambda: combine(obs, hostmem.pointer_records(obs, fast))  # noqa: E731
+        assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
+        return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
+    finally:
+        hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
+
+
 def _noop(*args):
     return None
 
@@ -143,6 +180,8 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                      measure(lambda: long.f_lineno, 1, _noop)))
         rows.append(("piece: frame.f_lasti, the same frame", measure(lambda: long.f_lasti, 1, _noop)))
         rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
+        rows.append(("piece: region exit per kept copy (pointer_records + combine, 100 async "
+                     "copies from one pinned block)", _exit_per_copy(hub.fast)))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:
