@@ -203,10 +203,11 @@ def _read_table(paths) -> dict:
     return rows
 
 
-def compare(before, after, out) -> None:
+def compare(before, after, out, labels=("before", "after")) -> None:
     """One before/after table from alternating runs of two versions (minimum per cell)."""
     b, a = _read_table(before), _read_table(after)
     md = ["# cuda detector callback cost per callback on the CPU, before and after", "",
+          f"before: {labels[0]}; after: {labels[1]}.", "",
           f"`bench/bench_callback.py`, the two versions run alternately ({len(before)} + "
           f"{len(after)} runs) on a shared 2-core machine; each cell is the minimum over the runs, in "
           "µs per callback (a copy or sync is ENTER+EXIT = 2 callbacks; the nested-sync row is 4). "
@@ -227,6 +228,8 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE_GLOB", "AFTER_GLOB"),
                     help="write --out as a before/after table from earlier runs' result files")
+    ap.add_argument("--labels", metavar="BEFORE,AFTER",
+                    help="with --compare: what the two versions are (commits), printed in the table")
     ap.add_argument("--frames", default="1,12",
                     help="internal (torch-like) frames between the user's line and the callback: "
                          "1 is a torch op called from the user's line, 12 a deep nn.Module chain")
@@ -238,7 +241,8 @@ def main():
     a = ap.parse_args()
     if a.compare:
         import glob
-        compare(sorted(glob.glob(a.compare[0])), sorted(glob.glob(a.compare[1])), a.out)
+        compare(sorted(glob.glob(a.compare[0])), sorted(glob.glob(a.compare[1])), a.out,
+                tuple(a.labels.split(",", 1)) if a.labels else ("before", "after"))
         return
     depths = [int(x) for x in a.frames.split(",")]
     ops = [int(x) for x in a.between_op.split(",")]

@@ -381,8 +381,9 @@ def combine(obs, records) -> tuple[list, list[str]]:
     undirected = 0
     for o in obs:
         if o.role == COPY:
-            direction = copy_direction(o, records)
-            flush_pending()
+            direction = o.direction or copy_direction(o, records)
+            if pending is not None:
+                flush_pending()
             if direction is None:
                 undirected += 1
                 continue
