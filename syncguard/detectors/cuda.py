@@ -73,6 +73,7 @@ class CuptiHub(CallPath):
         self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
         #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
         self.fast = None
+        self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
         self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
         #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
