@@ -170,15 +170,12 @@ def cupti_raw(callback, ids):
 def apis_called(work, st) -> dict:
     """Which CUDA runtime/driver APIs one call of ``work`` makes, and which the detector sees."""
     from syncguard.detectors.cuda import HUB
-    from syncguard.detectors.cupti import api_census
+    from syncguard.detectors.cupti import api_census, named_counts
 
     out = {"apis": api_census(HUB.lib, lambda: timed(work, bare, st))}
     COUNTS.clear()
     timed(work, cupti_raw("py", "detector"), st)
-    out["detector_callbacks"] = {
-        ("drv " if k // 100000 == 1 else "rt ") + (HUB.lib.callback_name(*divmod(k, 100000))
-                                                   or f"cbid {k % 100000}"): n // 2
-        for k, n in sorted(COUNTS.items())}  # ENTER + EXIT = one call
+    out["detector_callbacks"] = named_counts(HUB.lib, COUNTS)
     return out
 
 

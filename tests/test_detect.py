@@ -576,3 +576,14 @@ def test_markers_count_by_thread_and_time_where_the_event_tree_cut_them():
                    (61, ("syncguard::region#1",)), (71, ()), (200, ())]
     (first, *_) = classify(detect.records_from_profiler(events))
     assert first.ops == ("aten::to",) and first.markers == ("syncguard::allow#2", "syncguard::region#1")
+
+
+def test_named_counts_turn_callback_counts_into_calls_per_api():
+    """The census's and the overhead bench's naming: ENTER and EXIT are one call; a driver id
+    reads "drv", a runtime id "rt", an id CUPTI cannot name "cbid N" (fake name table)."""
+    from syncguard.detectors.cupti import named_counts
+
+    names = {(1, 300): "cuMemcpyHtoDAsync_v2", (2, 41): "cudaMemcpyAsync_v3020"}
+    lib = types.SimpleNamespace(callback_name=lambda d, i: names.get((d, i)))
+    got = named_counts(lib, {2 * 100000 + 41: 200, 1 * 100000 + 300: 200, 1 * 100000 + 7: 2})
+    assert got == {"drv cbid 7": 1, "drv cuMemcpyHtoDAsync_v2": 100, "rt cudaMemcpyAsync_v3020": 100}

@@ -266,6 +266,12 @@ def api_census(lib: Cupti, fn) -> dict[str, int]:
         fn()
     finally:
         lib.lib.cuptiUnsubscribe(handle)
+    return named_counts(lib, counts)
+
+
+def named_counts(lib: Cupti, counts: dict[int, int]) -> dict[str, int]:
+    """Callback counts keyed ``domain * 100000 + cbid`` (ENTER and EXIT each counted) as calls
+    per API: ``{"drv cuMemcpyHtoDAsync_v2": 100, "rt cudaMemcpyAsync_v3020": 100, ...}``."""
     out = {}
     for key, n in sorted(counts.items()):
         domain, cbid = divmod(key, 100000)
