@@ -7,7 +7,10 @@ calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 
 TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
 interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
 opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and
-reported as the median over rounds. The ratio to bare (``ratio``) is the median over rounds of
+reported as the median over rounds. Each round starts one configuration later than the one
+before (round r runs them in the order r, r+1, ...), so every configuration takes every position
+in a round equally often: a position's own cost (the first loop after the previous round's last
+configuration, say) lands on no configuration in particular. The ratio to bare (``ratio``) is the median over rounds of
 the configuration's time over the bare loop's time in the same round (adjacent in time, so slow
 drift of the shared host's load cancels), with its quartiles; beside it, the ratio of the two
 medians and of the two best rounds (timeit's convention: noise only adds time).
@@ -74,6 +77,13 @@ def prof(acts, stack):
         with profile(activities=acts, with_stack=stack):
             yield
     return cm
+
+
+def rotated(configs: dict, r: int) -> list:
+    """The (name, configuration) pairs of round ``r``: the same cycle, started at ``r``."""
+    items = list(configs.items())
+    k = r % len(items)
+    return items[k:] + items[:k]
 
 
 def timed(work, cm, st):
@@ -305,7 +315,11 @@ def cprofile_merges(st, out: str) -> None:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--rounds", type=int, default=11, help="rounds of the configurations timed "
+                    "before any profiler (bare, raw CUPTI, the detectors)")
+    ap.add_argument("--profiler-rounds", type=int, default=None,
+                    help="rounds of the profiler configurations (default: --rounds); each round "
+                         "of those costs ~25x the bare loop")
     ap.add_argument("--cprofile", action="store_true",
                     help="instead of the timings: cProfile 100 merges under audit(cuda) and write "
                          "where the Python time goes (OUT/overhead-cprofile-<torch>.txt)")
@@ -346,7 +360,9 @@ def main():
     results = {w: {} for w, _ in workloads}
     calls = {}
     exits = {}
+    phase_rounds = {id(before): a.rounds, id(after): a.profiler_rounds or a.rounds}
     for configs in (before, after):
+        rounds = phase_rounds[id(configs)]
         for wname, work in workloads:
             if configs is before:
                 EXIT_MS.clear()
@@ -354,8 +370,8 @@ def main():
             for cm in configs.values():  # warm-up of every path
                 timed(work, cm, st)
             times = {k: [] for k in configs}
-            for _ in range(a.rounds):
-                for k, cm in configs.items():
+            for r in range(rounds):
+                for k, cm in rotated(configs, r):
                     times[k].append(timed(work, cm, st))
             results[wname].update(times)
             base = statistics.median(times[next(iter(configs))])
@@ -371,10 +387,11 @@ def main():
                 print(f"{wname}: APIs per call {calls[wname]}", flush=True)
     table = {}
     for wname, times in results.items():
-        base = statistics.median(times["bare"])
-        best, bare_rounds = min(times["bare"]), times["bare"]
         table[wname] = {}
         for k, v in times.items():
+            # the bare loop of the same phase (the profiler phase has its own bare runs)
+            bare_rounds = times["bare" if k in before else "bare (again)"]
+            base, best = statistics.median(bare_rounds), min(bare_rounds)
             # the configuration against the bare loop of the same round (adjacent in time, so
             # slow drift of the shared host cancels): median and quartiles over rounds
             paired = [x / b for x, b in zip(v, bare_rounds)]
@@ -392,19 +409,25 @@ def main():
             cell["exit_ms"] = round(statistics.median(leave), 3)
             # the same rounds without the region's entry and exit: what the detector costs per
             # call inside a region that is already open (a test's region spans many such loops)
-            body = [(x - (e + l) / 1e3) / b for x, e, l, b in zip(times[k], enter, leave, bare_rounds)]
+            body = [(x - (e + l) / 1e3) / b for x, e, l, b in zip(times[k], enter, leave, times["bare"])]
             cell["ratio_inside"] = round(statistics.median(body), 3)
     ver = torch.__version__.split("+")[0]
     from syncguard.detectors.cuda import HUB
 
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
            "callback": HUB.callback,
-           "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds, "results": table,
+           "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds,
+           "profiler_rounds": phase_rounds[id(after)], "order": "rotated per round",
+           "results": table,
            "calls_per_workload_call": calls}
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
-          "interleaved rounds", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
+          f"interleaved rounds ({doc['profiler_rounds']} for the profiler rows, which are against "
+          "`bare (again)`)", "",
+          "Each round runs the configurations in the same cycle, started one later than the round "
+          "before. `× bare, per round`: each configuration's time over the bare loop of the same "
+          "round.", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
     for wname, rows in table.items():
         md += [f"## {wname}", "", "| configuration | median ms | × bare, per round: median "
                "[quartiles] | × bare (medians) | best ms | × bare (bests) | spread (max-min) ms "

@@ -237,6 +237,20 @@ def _compile_context_getter():
     return _try_get
 
 
+def compile_context_tls():
+    """torch's per-thread store behind ``CompileContext.try_get``, when ``try_get`` is only a
+    read of it (``getattr(_TLS, "compile_context", None)``, on every torch checked): the C
+    callback then reads the thread's ``compile_context`` itself instead of calling into Python
+    per copy. None where torch._guards is not imported or ``try_get`` does anything else."""
+    guards = sys.modules.get("torch._guards")
+    tls = getattr(guards, "_TLS", None)
+    code = getattr(getattr(_compile_context_getter(), "__code__", None), "co_names", None)
+    if tls is None or code != ("getattr", "_TLS") or not hasattr(tls, "__dict__"):
+        return None
+    consts = _compile_context_getter().__code__.co_consts
+    return tls if "compile_context" in consts else None
+
+
 def is_tracing() -> bool:
     """``torch.compiler.is_compiling()`` on every supported torch (Dynamo constant-folds it)."""
     # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute

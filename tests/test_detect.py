@@ -392,6 +392,47 @@ def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync(pa
 
 
 @pytest.mark.parametrize("path", PATHS)
+def test_a_copy_made_while_torch_compiles_has_the_compile_phase(path):
+    """torch's own per-thread CompileContext says "compiling" (Dynamo holds it for a frame's
+    whole compilation): a copy made inside ``torch._guards.compile_context`` is phase
+    "compile", the same copy before and after it "run", and another thread's copy meanwhile
+    "run" too (the context is per thread). The C callback reads torch's thread-local itself
+    (attribution.compile_context_tls); the Python one calls CompileContext.try_get."""
+    guards = pytest.importorskip("torch._guards")
+    from syncguard import attribution
+
+    assert attribution.compile_context_tls() is guards._TLS  # this torch's try_get is that read
+    hub, region = FakeHub(path=path), FakeRegion()
+    hub.acquire(region)
+    copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+
+    def one_copy(corr):
+        _fire(hub, 2, 41, C.API_ENTER, corr, copy); _fire(hub, 2, 41, C.API_EXIT, corr, copy)
+
+    def elsewhere():
+        token = routing.regions.set((region,))
+        try:
+            one_copy(3)
+        finally:
+            routing.regions.reset(token)
+
+    token = routing.regions.set((region,))
+    try:
+        one_copy(1)
+        with guards.compile_context(guards.CompileContext(None)):
+            one_copy(2)
+            t = threading.Thread(target=elsewhere)
+            t.start(); t.join()
+        one_copy(4)
+    finally:
+        routing.regions.reset(token)
+    hub.release(region)
+    assert hub.errors == 0 and (hub.fast is None or hub.fast.errors() == 0)
+    phases = {o.correlation[0]: o.phase for o in region.observations}
+    assert phases == {1: "run", 2: "compile", 3: "run", 4: "run"}
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_a_driver_copy_made_directly_reads_its_own_parameters(path):
     """Fake callback data for cuMemcpyHtoDAsync_v2 and cuMemcpyDtoH_v2 as an extension calls
     them (no runtime call around them): direction from the API, pointers, size and stream from

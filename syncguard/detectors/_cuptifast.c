@@ -67,6 +67,8 @@ static PyObject *regions_var, *allows_var;
 static PyObject *backward_active; /* dict, non-empty while a region's backward pass runs */
 static PyObject *py_callback;    /* callable(userdata, domain, cbid, cbdata): the Python path */
 static PyObject *compiling;      /* callable() -> None/False unless torch.compile is compiling */
+static PyObject *compile_tls;    /* torch._guards._TLS (a threading.local), or None: then call
+                                    ``compiling`` (see attribution.compile_context_tls) */
 static PyObject *code_cache;     /* dict id(code) -> (class, code): attribution._code_cache */
 static PyObject *code_class;     /* callable(code) -> int: attribution._code_class */
 static PyObject *site_cache;     /* dict: 64-bit stack hash -> (Site, codes) */
@@ -74,7 +76,8 @@ static PyObject *make_site;      /* callable(key, ((code, line), ...)) -> Site, 
 static PyObject *thread_name;    /* callable() -> str */
 static PyObject *call_type;      /* CudaCall (a tuple subclass) */
 static PyObject *no_site;        /* Site() */
-static PyObject *s_dir[5], *s_phase[3], *s_observations, *s_empty, *s_nothread;
+static PyObject *s_dir[5], *s_phase[3], *s_observations, *s_empty, *s_nothread, *s_dict,
+                *s_compile_context;
 static int stack_depth = 32;
 static volatile long generation = 1;
 static long errors;
@@ -109,20 +112,95 @@ static void clear_kept(ThreadState *t) {
     Py_CLEAR(t->regions); Py_CLEAR(t->allows); Py_CLEAR(t->site); Py_CLEAR(t->thread);
 }
 
+/* A code object's class, kept in C once attribution has cached it: the Python dict lookup needs
+ * an int key made per frame, which was about a third of a copy's site cost with 12 torch frames
+ * above the user's (reports/cpu/callback-c-fast.md). Open addressing keyed by the code's
+ * address; each slot holds its code object alive, so the address cannot be reused while the
+ * slot lives. Read and written with the GIL held; emptied when half full and by configure(). */
+#define CLASS_SLOTS 8192
+static struct { PyObject *code; int cls; } class_slots[CLASS_SLOTS];
+static int class_used;
+
+static void class_clear(void) {
+    for (int i = 0; i < CLASS_SLOTS; i++) Py_CLEAR(class_slots[i].code);
+    class_used = 0;
+}
+
+static inline size_t class_slot(const void *code) {
+    return (size_t)((((uintptr_t)code >> 4) * 0x9e3779b97f4a7c15ULL) >> 51) & (CLASS_SLOTS - 1);
+}
+
 /* 0 user, 1 internal, 2 CUDA-graph capture set-up, -1 error (attribution._code_class) */
 static int classify(PyCodeObject *code) {
+    size_t i = class_slot(code);
+    while (class_slots[i].code) {
+        if (class_slots[i].code == (PyObject *)code) return class_slots[i].cls;
+        i = (i + 1) & (CLASS_SLOTS - 1);
+    }
     PyObject *key = PyLong_FromVoidPtr(code);
     if (!key) return -1;
     PyObject *hit = PyDict_GetItemWithError(code_cache, key); /* borrowed */
+    int cls;
+    if (!hit && !PyErr_Occurred()) { /* attribution decides (and caches where its answer is final) */
+        PyObject *r = PyObject_CallOneArg(code_class, (PyObject *)code);
+        if (!r) { Py_DECREF(key); return -1; }
+        cls = (int)PyLong_AsLong(r);
+        Py_DECREF(r);
+        hit = PyDict_GetItemWithError(code_cache, key);
+    }
     Py_DECREF(key);
-    if (hit && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) > 0)
-        return (int)PyLong_AsLong(PyTuple_GET_ITEM(hit, 0));
     if (PyErr_Occurred()) return -1;
-    PyObject *r = PyObject_CallOneArg(code_class, (PyObject *)code);
-    if (!r) return -1;
-    int cls = (int)PyLong_AsLong(r);
-    Py_DECREF(r);
+    if (!hit) return cls; /* not cached by attribution: its answer may still change */
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) < 1) return -1;
+    cls = (int)PyLong_AsLong(PyTuple_GET_ITEM(hit, 0));
+    if (class_used >= CLASS_SLOTS / 2) { class_clear(); i = class_slot(code); }
+    while (class_slots[i].code) i = (i + 1) & (CLASS_SLOTS - 1);
+    class_slots[i].code = Py_NewRef((PyObject *)code);
+    class_slots[i].cls = cls;
+    class_used++;
     return cls;
+}
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define LOOKUP_ATTR PyObject_GetOptionalAttr
+#else
+#define LOOKUP_ATTR _PyObject_LookupAttr
+#endif
+
+/* Whether this thread is inside a torch.compile compilation: attribution.compiling(), which is
+ * torch's CompileContext.try_get() is not None. Where torch's try_get is the read of its
+ * thread-local that it was on every version checked, the thread-local is read here directly
+ * (a call into Python per copy cost a third of the C callback: reports/cpu/callback-c-fast.md);
+ * a failing check means not compiling, as in attribution.compiling(). */
+static int is_compiling(void) {
+    PyObject *v = NULL;
+    int found;
+    if (compile_tls != Py_None) {
+        PyObject *d = NULL; /* the calling thread's dict of the threading.local */
+        found = LOOKUP_ATTR(compile_tls, s_dict, &d);
+        if (found > 0) {
+            v = PyDict_Check(d) ? PyDict_GetItemWithError(d, s_compile_context) : NULL;
+            Py_XINCREF(v);
+            Py_DECREF(d);
+        }
+    } else {
+        v = PyObject_CallNoArgs(compiling);
+    }
+    if (!v) { PyErr_Clear(); return 0; }
+    found = v != Py_None && v != Py_False;
+    Py_DECREF(v);
+    return found;
+}
+
+/* attribution.c_site_cache's entries, (Site, codes), by their 64-bit key, held here so a hit
+ * needs no int key made per copy; emptied when half full and by configure(). */
+#define SITE_SLOTS 4096
+static struct { uint64_t key; PyObject *entry; } site_slots[SITE_SLOTS];
+static int site_used;
+
+static void site_clear(void) {
+    for (int i = 0; i < SITE_SLOTS; i++) Py_CLEAR(site_slots[i].entry);
+    site_used = 0;
 }
 
 static inline uint64_t mix(uint64_t h, uint64_t v) {
@@ -161,6 +239,14 @@ static PyObject *user_site(int *phase) {
         n++;
     }
     Py_XDECREF(g);
+    size_t slot = (size_t)(h >> 52) & (SITE_SLOTS - 1);
+    while (site_slots[slot].entry) {
+        if (site_slots[slot].key == h) {
+            Py_DECREF(f);
+            return Py_NewRef(PyTuple_GET_ITEM(site_slots[slot].entry, 0));
+        }
+        slot = (slot + 1) & (SITE_SLOTS - 1);
+    }
     PyObject *key = PyLong_FromUnsignedLongLong(h), *site = NULL;
     if (!key) goto done;
     PyObject *hit = PyDict_GetItemWithError(site_cache, key);
@@ -181,28 +267,48 @@ static PyObject *user_site(int *phase) {
         Py_XDECREF(g);
         if (frames) site = PyObject_CallFunctionObjArgs(make_site, key, frames, NULL);
         Py_XDECREF(frames);
+        hit = site ? PyDict_GetItemWithError(site_cache, key) : NULL; /* what make_site stored */
     }
+    if (hit && PyTuple_Check(hit) && PyTuple_GET_SIZE(hit) == 2) {
+        if (site_used >= SITE_SLOTS / 2) {
+            site_clear();
+            slot = (size_t)(h >> 52) & (SITE_SLOTS - 1);
+        }
+        site_slots[slot].key = h;
+        site_slots[slot].entry = Py_NewRef(hit);
+        site_used++;
+    }
+    PyErr_Clear(); /* a failed lookup only costs the next call a miss */
     Py_DECREF(key);
 done:
     Py_DECREF(f);
     return site;
 }
 
-/* A CudaCall (tuple subclass) from the fields, in cudacalls.CudaCall's order. Steals nothing. */
+#define CALL_FIELDS 16 /* len(cudacalls.CudaCall._fields), checked by configure() */
+
+/* A CudaCall (tuple subclass) from the fields, in cudacalls.CudaCall's order, allocated and
+ * filled in place (building an argument tuple for its constructor cost as much again). Steals
+ * the references to corr, stream, blocked, nbytes, src and dst, NULL or not. */
 static PyObject *make_call(int index, int dir, int is_async, PyObject *corr, PyObject *stream,
                            PyObject *site, int phase, PyObject *thread, PyObject *allows,
                            PyObject *blocked, PyObject *nbytes, PyObject *src, PyObject *dst,
                            int64_t t0) {
-    PyObject *items = Py_BuildValue(
-        "(OOOOOOOOOOOOOOOL)", PyTuple_GET_ITEM(api_names, index), PyTuple_GET_ITEM(role_names, index),
-        PyTuple_GET_ITEM(kind_names, index), s_dir[dir], is_async ? Py_True : Py_False, corr,
-        stream, site, s_phase[phase], thread, allows, blocked, nbytes, src, dst, (long long)t0);
-    if (!items) return NULL;
-    PyObject *args = PyTuple_Pack(1, items);
-    Py_DECREF(items);
-    if (!args) return NULL;
-    PyObject *call = PyTuple_Type.tp_new((PyTypeObject *)call_type, args, NULL);
-    Py_DECREF(args);
+    PyObject *t = PyLong_FromLongLong((long long)t0);
+    PyObject *call = NULL;
+    if (corr && stream && blocked && nbytes && src && dst && t)
+        call = ((PyTypeObject *)call_type)->tp_alloc((PyTypeObject *)call_type, CALL_FIELDS);
+    if (!call) {
+        Py_XDECREF(corr); Py_XDECREF(stream); Py_XDECREF(blocked); Py_XDECREF(nbytes);
+        Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(t);
+        return NULL;
+    }
+    PyObject *items[CALL_FIELDS] = {
+        Py_NewRef(PyTuple_GET_ITEM(api_names, index)), Py_NewRef(PyTuple_GET_ITEM(role_names, index)),
+        Py_NewRef(PyTuple_GET_ITEM(kind_names, index)), Py_NewRef(s_dir[dir]),
+        Py_NewRef(is_async ? Py_True : Py_False), corr, stream, Py_NewRef(site),
+        Py_NewRef(s_phase[phase]), Py_NewRef(thread), Py_NewRef(allows), blocked, nbytes, src, dst, t};
+    for (int i = 0; i < CALL_FIELDS; i++) PyTuple_SET_ITEM(call, i, items[i]);
     return call;
 }
 
@@ -268,20 +374,14 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         PyObject *corr = Py_BuildValue("(I)", d->correlationId);
         PyObject *st = opt_u64(has_stream, stream), *nb = opt_u64(has_ptrs, nbytes);
         PyObject *sr = opt_u64(has_ptrs && src, src), *ds = opt_u64(has_ptrs && dst, dst);
-        PyObject *call = (corr && st && nb && sr && ds) ? make_call(
-            e->index, dir, e->is_async, corr, st, no_site, 0, s_nothread, s_empty, Py_None, nb, sr,
-            ds, 0) : NULL;
+        PyObject *call = make_call(e->index, dir, e->is_async, corr, st, no_site, 0, s_nothread,
+                                   s_empty, Py_NewRef(Py_None), nb, sr, ds, 0);
         int rc = call ? deliver(regions, call) : -1;
-        Py_XDECREF(corr); Py_XDECREF(st); Py_XDECREF(nb); Py_XDECREF(sr); Py_XDECREF(ds);
         Py_XDECREF(call); Py_DECREF(regions);
         if (rc < 0) goto error;
         return;
     }
-    int phase = 0;
-    PyObject *c = PyObject_CallNoArgs(compiling);
-    if (!c) PyErr_Clear(); /* as attribution.compiling(): a failing check means not compiling */
-    else if (c != Py_None && c != Py_False) phase = 1;
-    Py_XDECREF(c);
+    int phase = is_compiling();
     if (!t->name || t->name_gen != generation) {
         PyObject *name = PyObject_CallNoArgs(thread_name);
         if (!name) { Py_DECREF(regions); goto error; }
@@ -318,11 +418,10 @@ static void leave(ThreadState *t) {
     PyObject *blocked = PyFloat_FromDouble((double)llround((double)(t1 - t->t0) / 100.0) / 10.0);
     PyObject *st = opt_u64(t->has_stream, t->stream), *nb = opt_u64(t->has_ptrs, t->nbytes);
     PyObject *sr = opt_u64(t->has_ptrs && t->src, t->src), *ds = opt_u64(t->has_ptrs && t->dst, t->dst);
-    PyObject *call = (corr && blocked && st && nb && sr && ds) ? make_call(
-        t->index, t->dir, t->is_async, corr, st, t->site, t->phase, t->thread, t->allows, blocked, nb, sr, ds, t->t0) : NULL;
+    PyObject *call = make_call(t->index, t->dir, t->is_async, corr, st, t->site, t->phase,
+                               t->thread, t->allows, blocked, nb, sr, ds, t->t0);
     int rc = call ? deliver(t->regions, call) : -1;
-    Py_XDECREF(corr); Py_XDECREF(blocked); Py_XDECREF(st); Py_XDECREF(nb); Py_XDECREF(sr);
-    Py_XDECREF(ds); Py_XDECREF(call);
+    Py_XDECREF(call);
     clear_kept(t);
     if (rc < 0) { errors++; PyErr_Clear(); }
 }
@@ -385,16 +484,26 @@ static void callback(void *userdata, int domain, uint32_t cbid, const CallbackDa
 static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"table", "regions", "allows", "backward_active", "py_callback",
                             "compiling", "code_cache", "code_class", "site_cache", "make_site",
-                            "thread_name", "call_type", "no_site", "stack_depth", NULL};
-    PyObject *table, *o[12];
+                            "thread_name", "call_type", "no_site", "stack_depth", "compile_tls",
+                            NULL};
+    PyObject *table, *o[13];
     int depth;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOO!OO!OOOOi", names, &PyDict_Type, &table,
+    o[12] = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOO!OO!OOOOi|O", names, &PyDict_Type, &table,
                                      &o[0], &o[1], &PyDict_Type, &o[2], &o[3], &o[4], &PyDict_Type,
                                      &o[5], &o[6], &PyDict_Type, &o[7], &o[8], &o[9], &o[10],
-                                     &o[11], &depth))
+                                     &o[11], &depth, &o[12]))
         return NULL;
     if (!PyType_Check(o[10]) || !PyType_IsSubtype((PyTypeObject *)o[10], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "call_type must be a tuple subclass");
+        return NULL;
+    }
+    PyObject *fields = PyObject_GetAttrString(o[10], "_fields");
+    Py_ssize_t nfields = fields && PyTuple_Check(fields) ? PyTuple_GET_SIZE(fields) : -1;
+    Py_XDECREF(fields);
+    if (nfields != CALL_FIELDS) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "call_type must have %d _fields, not %zd", CALL_FIELDS, nfields);
         return NULL;
     }
     Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, i = 0;
@@ -428,10 +537,12 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     }
     memcpy(entries, fresh, sizeof entries);
     Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
-    PyObject **slots[12] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
+    PyObject **slots[13] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
                             &code_cache, &code_class, &site_cache, &make_site, &thread_name,
-                            &call_type, &no_site};
-    for (int k = 0; k < 12; k++) Py_XSETREF(*slots[k], Py_NewRef(o[k]));
+                            &call_type, &no_site, &compile_tls};
+    for (int k = 0; k < 13; k++) Py_XSETREF(*slots[k], Py_NewRef(o[k]));
+    class_clear(); /* the classes were attribution's answers for the previous configuration */
+    site_clear();
     stack_depth = depth;
     generation++;
     Py_RETURN_NONE;
@@ -551,6 +662,9 @@ PyMODINIT_FUNC PyInit__cuptifast(void) {
     for (int i = 0; i < 3; i++) s_phase[i] = PyUnicode_InternFromString(phases[i]);
     s_observations = PyUnicode_InternFromString("observations");
     s_nothread = PyUnicode_InternFromString("");
+    s_dict = PyUnicode_InternFromString("__dict__");
+    s_compile_context = PyUnicode_InternFromString("compile_context");
+    compile_tls = Py_NewRef(Py_None);
     s_empty = PyTuple_New(0);
     return m;
 }

@@ -288,7 +288,8 @@ def fast_callback(hub: CuptiHub):
         code_cache=attribution._code_cache,
         code_class=attribution._code_class, site_cache=attribution.c_site_cache,
         make_site=attribution.site_from_frames, thread_name=_thread_name, call_type=CudaCall,
-        no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH)
+        no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH,
+        compile_tls=attribution.compile_context_tls())
     hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
     return _cuptifast, "C callback"
 

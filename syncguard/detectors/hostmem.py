@@ -111,6 +111,20 @@ def _load_cudart():
     return _cudart
 
 
+_ADDRESSES: dict = {}  # id(libcudart) -> (lib, its two functions' addresses)
+
+
+def _addresses(lib) -> tuple[int, int]:
+    """cudaPointerGetAttributes' and cudaGetLastError's addresses, for the C batch (a
+    ctypes.cast per region exit cost more than the query itself)."""
+    hit = _ADDRESSES.get(id(lib))
+    if hit is None or hit[0] is not lib:
+        hit = _ADDRESSES[id(lib)] = (lib, (
+            ctypes.cast(lib.cudaPointerGetAttributes, ctypes.c_void_p).value,
+            ctypes.cast(lib.cudaGetLastError, ctypes.c_void_p).value))
+    return hit[1]
+
+
 #: cudaPointerGetAttributes' memory type -> CUPTI's memory kind (unregistered host memory is
 #: pageable; registered host memory pinned)
 _KIND_OF_TYPE = {0: 1, 1: 2, 2: 3, 3: 5}
@@ -155,8 +169,7 @@ def pointer_records(obs, fast=None) -> dict:
     ptrs = list(dict.fromkeys([p for _, p in wanted] + [p for o in undirected
                                                          for p in (o.src, o.dst)]))
     if fast is not None:
-        types = fast.pointer_types(ctypes.cast(lib.cudaPointerGetAttributes, ctypes.c_void_p).value,
-                                   ctypes.cast(lib.cudaGetLastError, ctypes.c_void_p).value, ptrs)
+        types = fast.pointer_types(*_addresses(lib), ptrs)
     else:
         types = []
         for ptr in ptrs:
