@@ -133,7 +133,7 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
     saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
     hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
     try:
-        run = lambda: combine(obs, hostmem.pointer_records(obs, fast))  # noqa: E731
+        run = lambda: combine(obs, hostmem.pointer_kinds(obs, fast))  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
         return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
     finally:
@@ -180,7 +180,7 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                      measure(lambda: long.f_lineno, 1, _noop)))
         rows.append(("piece: frame.f_lasti, the same frame", measure(lambda: long.f_lasti, 1, _noop)))
         rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
-        rows.append(("piece: region exit per kept copy (pointer_records + combine, 100 async "
+        rows.append(("piece: region exit per kept copy (pointer_kinds + combine, 100 async "
                      "copies from one pinned block)", _exit_per_copy(hub.fast)))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))

@@ -260,7 +260,7 @@ def region_breakdown(work, st, reps: int = 21) -> dict:
                                    "_unsubscribe", "flush")]
     targets += [(HUB.backward, "install"), (HUB.backward, "restore"), (HUB.lib.lib, "cuptiSubscribe"),
                 (HUB.lib.lib, "cuptiUnsubscribe")]
-    targets += [(cuda_mod, n) for n in ("wrap_profiler_start", "unwrap", "pointer_records",
+    targets += [(cuda_mod, n) for n in ("wrap_profiler_start", "unwrap", "pointer_kinds",
                                         "combine", "other_threads")]
     saved = []
     for owner, name in targets:

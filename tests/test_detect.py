@@ -207,6 +207,7 @@ from syncguard.detectors import cupti as C  # noqa: E402
 from syncguard.testing import marked_line  # noqa: E402
 from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CudaCall, CuptiHub,  # noqa: E402
                                       canonical, combine)
+from syncguard.detectors.hostmem import ByCorrelation, ByPointer  # noqa: E402
 
 
 class FakeLib:
@@ -386,7 +387,7 @@ def test_runtime_and_driver_call_are_one_observation_and_copy_pairs_with_sync(pa
     assert hub.errors == 0
     assert [o.api for o in region.observations] == ["cudaMemcpyAsync", "cudaStreamSynchronize"]
     assert region.observations[1].correlation == (2, 3)
-    events, notes = combine(region.observations, {})
+    events, notes = combine(region.observations, ByCorrelation({}))
     assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
     assert events[0][0].lineno == marked_line(__file__, "L-FIRE")  # the innermost user frame
 
@@ -457,7 +458,7 @@ def test_a_driver_copy_made_directly_reads_its_own_parameters(path):
            for o in region.observations]
     assert got == [("cuMemcpyHtoDAsync", "h2d", True, 0x7000, 0xd000, 256, 0x55, 0x7000),
                    ("cuMemcpyDtoH", "d2h", False, 0xe000, 0x8000, 64, None, 0x8000)]
-    events, _ = combine(region.observations, {11: (1, 1, 3)})  # the H2D source: pageable
+    events, _ = combine(region.observations, ByCorrelation({11: (1, 1, 3)}))  # H2D source: pageable
     assert [e.kind for e, _, _ in events] == ["pageable_copy", "blocking_copy_d2h"]
 
 
@@ -472,52 +473,85 @@ def test_threads_without_a_region_are_dropped(path):
     assert region.observations == [] and hub.errors == 0
 
 
-def _obs(api, role, direction=None, is_async=False, kind=None, line=1, corr=1, stream=0):
+def _obs(api, role, direction=None, is_async=False, kind=None, line=1, corr=1, stream=0,
+         src=0x7000, dst=0xd000):
     return CudaCall(api, role, kind, direction, is_async, [corr], stream, Site("f.py", line, "f"),
-                    thread="MainThread", blocked_us=1.0)
+                    thread="MainThread", blocked_us=1.0, src=src, dst=dst)
 
 
-@pytest.mark.parametrize("obs,records,expected", [
+#: what is known of a copy's host memory, written once and given to combine() both ways it is
+#: told in a real region: CUPTI activity records by correlation id ((copy kind, source memory
+#: kind, destination memory kind), cupti_activity.h numbers: 1 pageable, 2 pinned, 3 device) or
+#: the memory kind of each pointer (pointer queries at exit). _obs's host side: src 0x7000 for
+#: H2D, dst 0xd000 for D2H; the device side is the other.
+_MEMORY = {
+    "h2d pageable": ({1: (1, 1, 3)}, {0x7000: 1, 0xd000: 3}),
+    "h2d pinned": ({1: (1, 2, 3)}, {0x7000: 2, 0xd000: 3}),
+    "d2h pinned": ({1: (2, 3, 2)}, {0x7000: 3, 0xd000: 2}),
+    "nothing": ({}, {}),
+}
+
+
+def _memory(how, facts):
+    by_corr, by_ptr = _MEMORY[facts]
+    return ByCorrelation(by_corr) if how == "records" else ByPointer(by_ptr)
+
+
+@pytest.mark.parametrize("how", ["records", "pointers"])
+@pytest.mark.parametrize("obs,facts,expected", [
     # async pageable H2D with nothing after it: the host waited for the staging copy
-    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {1: (1, 1, 3)}, ["pageable_copy"]),
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], "h2d pageable", ["pageable_copy"]),
     # the same copy from pinned memory: no wait
-    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {1: (1, 2, 3)}, []),
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True)], "h2d pinned", []),
     # a pageable H2D copy then a stream sync on the same line: one blocking H2D copy
     ([_obs("cudaMemcpyAsync", "copy", "h2d", True),
-      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2)], {1: (1, 1, 3)},
-     ["blocking_copy_h2d"]),
+      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2, src=None, dst=None)],
+     "h2d pageable", ["blocking_copy_h2d"]),
     # a sync on another line stays a plain stream sync; the copy is judged alone
-    ([_obs("cudaMemcpyAsync", "copy", "d2h", True),
-      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", line=2, corr=2)], {1: (2, 3, 2)},
-     ["stream_sync"]),
+    ([_obs("cudaMemcpyAsync", "copy", "d2h", True, src=0x7000, dst=0xd000),
+      _obs("cudaStreamSynchronize", "sync", kind="stream_sync", line=2, corr=2, src=None, dst=None)],
+     "d2h pinned", ["stream_sync"]),
+    # two pageable async copies, then a third copy: each of the first two waited
+    ([_obs("cudaMemcpyAsync", "copy", "h2d", True), _obs("cudaMemcpyAsync", "copy", "h2d", True),
+      _obs("cudaMemcpyAsync", "copy", "d2d", True, src=0xd000, dst=0xd000)],
+     "h2d pageable", ["pageable_copy", "pageable_copy"]),
     # device-to-device copies never make the host wait
-    ([_obs("cudaMemcpyAsync", "copy", "d2d", True)], {}, []),
+    ([_obs("cudaMemcpyAsync", "copy", "d2d", True)], "nothing", []),
     # a synchronous cudaMemcpy D2H is a blocking copy by itself
-    ([_obs("cudaMemcpy", "copy", "d2h")], {}, ["blocking_copy_d2h"]),
+    ([_obs("cudaMemcpy", "copy", "d2h")], "nothing", ["blocking_copy_d2h"]),
     # two frees from one line (empty_cache) are one wait
     ([_obs("cudaFree", "free", kind="implicit_free"), _obs("cudaFree", "free", kind="implicit_free")],
-     {}, ["implicit_free"]),
+     "nothing", ["implicit_free"]),
 ])
-def test_combine_kinds(obs, records, expected):
-    """Recorded-style observations (hand-built, no GPU): the pairing rules only."""
-    events, _ = combine(obs, records)
+def test_combine_kinds(obs, facts, expected, how):
+    """Recorded-style observations (hand-built, no GPU): the pairing rules only, with the host
+    memory told as activity records or as pointer kinds (the same facts)."""
+    events, _ = combine(obs, _memory(how, facts))
     assert [e.kind for e, _, _ in events] == expected
 
 
-def test_copy_with_unknown_host_memory_is_noted_not_guessed():
-    events, notes = combine([_obs("cudaMemcpyAsync", "copy", "h2d", True)], {})
+@pytest.mark.parametrize("how", ["records", "pointers"])
+def test_copy_with_unknown_host_memory_is_noted_not_guessed(how):
+    events, notes = combine([_obs("cudaMemcpyAsync", "copy", "h2d", True)], _memory(how, "nothing"))
     assert events == [] and "pageable or pinned is unknown" in notes[0]
 
 
-def test_copy_whose_direction_nothing_says_is_noted_and_one_a_record_names_is_judged():
-    """cudaMemcpyDefault / cuMemcpy: the call names no direction. With a record (activity, or the
-    pointer query at exit) a blocking device-to-pageable copy is a blocking D2H copy; without
-    one it is not guessed, and the note says how many (it was dropped silently before)."""
+@pytest.mark.parametrize("memory", [ByCorrelation({4: (2, 3, 1)}), ByPointer({0x7000: 3, 0xd000: 1})],
+                         ids=["records", "pointers"])
+def test_copy_whose_direction_nothing_says_is_noted_and_one_a_record_names_is_judged(memory):
+    """cudaMemcpyDefault / cuMemcpy: the call names no direction. With a record (activity) or the
+    pointers' kinds (queried at exit), a blocking device-to-pageable copy is a blocking D2H copy;
+    without either it is not guessed, and the note says how many (it was dropped silently
+    before)."""
     copy = _obs("cudaMemcpy", "copy", None, False, corr=4)
-    events, notes = combine([copy], {4: (2, 3, 1)})
+    events, notes = combine([copy], memory)
     assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"] and notes == []
-    events, notes = combine([copy, _obs("cuMemcpyAsync", "copy", None, True, corr=5)], {})
+    unnamed = _obs("cuMemcpyAsync", "copy", None, True, corr=5, src=0x9100, dst=0x9200)
+    events, notes = combine([copy, unnamed], ByCorrelation({}))
     assert events == [] and len(notes) == 1 and notes[0].startswith("cuda detector: 2 copy(ies)")
+    events, notes = combine([copy, unnamed], memory)  # the second's pointers were not asked
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_d2h"]
+    assert notes[0].startswith("cuda detector: 1 copy(ies)")
 
 
 @pytest.mark.parametrize("path", PATHS)

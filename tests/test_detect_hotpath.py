@@ -102,6 +102,7 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
 
     from syncguard.detectors import cupti as C
     from syncguard.detectors.cuda import combine
+    from syncguard.detectors.hostmem import ByCorrelation
     from tests.test_detect import FakeHub, FakeRegion, _c_callback_built
 
     if path == "c" and not _c_callback_built():
@@ -134,9 +135,10 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
     assert [(o.src, o.dst, o.nbytes, o.stream, o.correlation) for o in obs] == [
         (0x2000, 0x1000, 4, 0, (1,)), (0x3000, 0x1000, 4, 0, (2,)), (None, None, None, 0, (3,))]
     assert obs[1].site == Site() and obs[0].site.filename == __file__
-    events, notes = combine(obs, {1: (1, 2, 3)})  # the H2D copy's host memory: pinned
+    pinned = ByCorrelation({1: (1, 2, 3)})  # the H2D copy's host memory: pinned
+    events, notes = combine(obs, pinned)
     assert [e.kind for e, _, _ in events] == ["stream_sync"] and notes == []
-    events, _ = combine([obs[0], obs[2]], {1: (1, 2, 3)})  # without the D2D copy they pair
+    events, _ = combine([obs[0], obs[2]], pinned)  # without the D2D copy they pair
     assert [e.kind for e, _, _ in events] == ["blocking_copy_h2d"]
 
 
@@ -210,14 +212,14 @@ def test_the_c_callback_attributes_like_the_frames_say(internal):
 
 
 @pytest.mark.parametrize("path", ["python", "c"])
-def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monkeypatch):
+def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkeypatch):
     """A fake libcudart (ctypes functions, callable from C too): 0x1000 is pinned host memory
     (type 1), 0x2000 pageable (0: unregistered), 0x3000 managed (3), 0x9000 device memory (2),
     0x4000 makes the query fail. Each distinct pointer is asked once; a failed query leaves its
-    copy without a record and the error cleared. Records are shaped as CUPTI's MEMCPY activity
-    records (copy kind 1 HtoD, 2 DtoH, 8 DtoD; memory kind 1 pageable, 2 pinned, 3 device,
-    5 managed: cupti_activity.h). Copies whose call names no direction (cudaMemcpyDefault) get it
-    from both pointers."""
+    pointer without a kind and the error cleared. Kinds are CUPTI's memory kinds (1 pageable,
+    2 pinned, 3 device, 5 managed: cupti_activity.h). Copies whose call names no direction
+    (cudaMemcpyDefault) get it from both pointers; a device-to-device copy's pointers are not
+    asked."""
     import ctypes
 
     from syncguard.detectors import hostmem
@@ -258,7 +260,14 @@ def test_pointer_records_ask_once_per_pointer_and_skip_failed_queries(path, monk
     fast = None
     if path == "c":
         from syncguard.detectors import _cuptifast as fast
-    got = hostmem.pointer_records(calls, fast)
-    assert got == {1: (1, 2, 3), 2: (1, 1, 3), 3: (2, 3, 5), 5: (1, 2, 3),
-                   7: (2, 3, 1), 8: (1, 2, 3), 9: (8, 3, 3)}
+    got = hostmem.pointer_kinds(calls, fast)
+    # CUPTI memory kinds: 1 pageable, 2 pinned, 3 device, 5 managed; 0x4000's query failed
+    assert got.kinds == {0x1000: 2, 0x2000: 1, 0x3000: 5, 0x9000: 3}
     assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000, 0x9000] and cleared == [1]
+    # what each copy is judged to be, written by hand from the pointers above
+    judged = [(d, got.host_kind(c, d) if d in ("h2d", "d2h") else None)
+              for c in calls for d in [got.direction(c)]]
+    assert judged == [
+        ("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "managed"), ("h2d", None),
+        ("h2d", "pinned"), ("d2d", None), ("d2h", "pageable"), ("h2d", "pinned"),
+        ("d2d", None), (None, None)]

@@ -47,7 +47,7 @@ from . import DetectorUnavailable
 from . import cupti as C
 from .cudacalls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
                         CudaCall, callback_table, canonical)
-from .hostmem import ActivityRecords, copy_direction, host_kind, pointer_records
+from .hostmem import ActivityRecords, ByCorrelation, pointer_kinds
 
 
 class CuptiHub(CallPath):
@@ -74,6 +74,7 @@ class CuptiHub(CallPath):
         #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
         self.fast = None
         self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
+        self._enable_addr = None  # cuptiEnableCallback's address, for the C switch
         self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
         #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
@@ -156,7 +157,9 @@ class CuptiHub(CallPath):
         enable = self.lib.lib.cuptiEnableCallback
         if self.fast is not None and isinstance(enable, ctypes._CFuncPtr):
             # one call into C for every id (each ctypes call cost ~3 us on the H200's host)
-            self.fast.switch(ctypes.cast(enable, ctypes.c_void_p).value, self.handle.value or 0, on)
+            if self._enable_addr is None:  # a ctypes.cast per region cost as much as a call
+                self._enable_addr = ctypes.cast(enable, ctypes.c_void_p).value
+            self.fast.switch(self._enable_addr, self.handle.value or 0, on)
             return
         for domain, cbid in self.table:
             enable(on, self.handle, domain, cbid)
@@ -336,11 +339,11 @@ class Cuda:
 
     def finish(self, region, found: list) -> list:
         obs = [o for o in region.observations if o.source == "cuda"]
-        records = region.state.get("cuda_records", {})
         if self.hub.hostmem == "pointer":
-            records = dict(records)
-            records.update(pointer_records(obs, self.hub.fast))
-        events, notes = combine(obs, records)
+            memory = pointer_kinds(obs, self.hub.fast)
+        else:
+            memory = ByCorrelation(region.state.get("cuda_records", {}))
+        events, notes = combine(obs, memory)
         region.report.notes.extend(notes)
         if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
@@ -356,58 +359,55 @@ def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEv
                      detectors=detectors, phase=o.phase, note=note)
 
 
-def combine(obs, records) -> tuple[list, list[str]]:
+def combine(obs, memory) -> tuple[list, list[str]]:
     """Turn one region's cuda observations (in call order) into events.
 
     A copy and the stream sync that follows it from the same line on the same stream are one
     blocking copy; an async copy with nothing after it waits only if its host memory is pageable
     (CUDA stages pageable memory synchronously); device-to-device copies never make the host wait.
+    ``memory`` (:mod:`.hostmem`'s ``ByPointer`` or ``ByCorrelation``) says a copy's host memory,
+    and the direction of a copy whose call does not.
     """
     events: list = []
     notes: list[str] = []
-    unknown = 0
+    unknown = undirected = 0
+    host_kind = memory.host_kind
     pending = None  # an async host<->device copy that a stream sync may complete
+    pending_dir = None
 
-    def flush_pending():
-        nonlocal pending, unknown
-        if pending is None:
-            return
-        o, direction = pending
-        pending = None
-        host = host_kind(o, direction, records)
+    def unpaired(c, direction) -> int:
+        """An async copy no stream sync completed: it waited only if its memory is pageable.
+        1 when nothing says which."""
+        host = host_kind(c, direction)
         if host == "pageable":
-            events.append((_event(o, o.api, PAGEABLE_COPY), o.allows, None))
-        elif host is None:
-            unknown += 1
+            events.append((_event(c, c.api, PAGEABLE_COPY), c.allows, None))
+        return host is None
 
-    undirected = 0
     for o in obs:
         if o.role == COPY:
-            direction = o.direction or copy_direction(o, records)
             if pending is not None:
-                flush_pending()
+                unknown += unpaired(pending, pending_dir)
+                pending = None
+            direction = o.direction or memory.direction(o)
             if direction is None:
                 undirected += 1
-                continue
-            if direction not in ("h2d", "d2h"):
-                continue  # d2d, h2h, p2p: the host does not wait for these
-            if o.is_async:
-                pending = (o, direction)
-            else:
-                kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
-                events.append((_event(o, o.api, kind), o.allows, None))
-            continue
-        if o.kind == STREAM_SYNC and pending is not None:
-            c, direction = pending
-            same_stream = not c.stream or not o.stream or c.stream == o.stream
-            same_line = (c.site.filename, c.site.lineno) == (o.site.filename, o.site.lineno)
-            if same_stream and same_line and c.thread == o.thread:
-                pending = None
-                kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+            elif direction == "h2d" or direction == "d2h":
+                if o.is_async:
+                    pending, pending_dir = o, direction
+                else:
+                    kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+                    events.append((_event(o, o.api, kind), o.allows, None))
+            continue  # d2d, h2h, p2p: the host does not wait for these
+        if pending is not None:
+            c, pending = pending, None
+            if o.kind == STREAM_SYNC and (not c.stream or not o.stream or c.stream == o.stream) and (
+                    c.site.filename, c.site.lineno) == (o.site.filename, o.site.lineno) and (
+                    c.thread == o.thread):
+                kind = BLOCKING_COPY_H2D if pending_dir == "h2d" else BLOCKING_COPY_D2H
                 blocked = round((o.blocked_us or 0) + (c.blocked_us or 0), 1)
                 events.append((_event(o, o.api, kind, blocked=blocked), o.allows, None))
                 continue
-        flush_pending()
+            unknown += unpaired(c, pending_dir)
         if o.kind == IMPLICIT_FREE and events:
             prev, allows, _ = events[-1]
             if (prev.kind == IMPLICIT_FREE and prev.filename == o.site.filename
@@ -417,7 +417,8 @@ def combine(obs, records) -> tuple[list, list[str]]:
                     (prev.host_blocked_us or 0) + (o.blocked_us or 0), 1)), allows, None)
                 continue
         events.append((_event(o, o.api, o.kind), o.allows, None))
-    flush_pending()
+    if pending is not None:
+        unknown += unpaired(pending, pending_dir)
     if unknown:
         notes.append(f"cuda detector: {unknown} async host<->device copy(ies) had no CUPTI memcpy "
                      "record, so pageable or pinned is unknown; not reported as syncs")

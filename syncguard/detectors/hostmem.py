@@ -129,11 +129,63 @@ def _addresses(lib) -> tuple[int, int]:
 #: pageable; registered host memory pinned)
 _KIND_OF_TYPE = {0: 1, 1: 2, 2: 3, 3: 5}
 _HOST_KINDS = (1, 2)
+_H2D, _D2H = "h2d", "d2h"
 
 
-def pointer_records(obs, fast=None) -> dict:
-    """Activity-shaped records (copy, src, dst kinds) asked of the runtime now (the region is
-    exiting; no callback is running), for two kinds of copy:
+class ByCorrelation:
+    """What CUPTI's MEMCPY activity records say of a region's copies, by correlation id:
+    (copy kind, source memory kind, destination memory kind), as cupti_activity.h numbers them."""
+
+    def __init__(self, records: dict) -> None:
+        self.records = records
+
+    def _record(self, call):
+        for cid in call.correlation:
+            rec = self.records.get(cid)
+            if rec:
+                return rec
+        return None
+
+    def host_kind(self, call, direction: str) -> str | None:
+        """pageable / pinned / ... for the host side of a copy, or None when no record says."""
+        rec = self._record(call)
+        return C.MEMORY_KIND.get(rec[1] if direction == _H2D else rec[2]) if rec else None
+
+    def direction(self, call) -> str | None:
+        """The call's own direction, else the record's copyKind (cudaMemcpyDefault)."""
+        if call.direction:
+            return call.direction
+        rec = self._record(call)
+        return C.COPY_KIND.get(rec[0]) if rec else None
+
+
+class ByPointer:
+    """What the runtime says of the pointers a region's copies used: pointer -> CUPTI memory
+    kind (a failed query leaves its pointer out). A region's copies reuse few pointers (100
+    merges: one pinned block), so the copies are judged by pointer, not one by one."""
+
+    def __init__(self, kinds: dict) -> None:
+        self.kinds = kinds
+
+    def host_kind(self, call, direction: str) -> str | None:
+        kind = self.kinds.get(call.src if direction == _H2D else call.dst)
+        return C.MEMORY_KIND.get(kind) if kind is not None else None
+
+    def direction(self, call) -> str | None:
+        """The call's own direction, else which side of it is host memory (cudaMemcpyDefault,
+        the driver's unified cuMemcpy)."""
+        if call.direction:
+            return call.direction
+        src, dst = self.kinds.get(call.src), self.kinds.get(call.dst)
+        if src is None or dst is None:
+            return None
+        from_host, to_host = src in _HOST_KINDS, dst in _HOST_KINDS
+        return ("h2h" if to_host else _H2D) if from_host else (_D2H if to_host else "d2d")
+
+
+def pointer_kinds(obs, fast=None) -> ByPointer:
+    """The memory kinds of the pointers that two kinds of copy need, asked of the runtime now (the
+    region is exiting; no callback is running):
 
     * an async host<->device copy: is its host memory pageable or pinned;
     * a copy whose call does not say its direction (``cudaMemcpyDefault``, the driver's unified
@@ -141,33 +193,26 @@ def pointer_records(obs, fast=None) -> dict:
 
     ``fast``: the C callback's module, which asks for every pointer in one call (per pointer
     through ctypes this was ~1 us on the H200's host)."""
-    # one pass over the region's calls (a 100-merge region keeps 100 copies; a property per copy
-    # was a quarter of this function's time)
-    wanted, undirected = [], []  # (call, host pointer), call
-    for o in obs:
-        if o.role != COPY:
-            continue
-        direction = o.direction
-        if direction is None:
-            if o.src and o.dst:
-                undirected.append(o)
-        elif o.is_async:
-            ptr = o.src if direction == "h2d" else o.dst if direction == "d2h" else None
-            if ptr:
-                wanted.append((o, ptr))
-    if not wanted and not undirected:
-        return {}
+    # comprehensions over the region's calls, a set of pointers each (a 100-merge region keeps
+    # 100 copies; building a record per copy was this function's whole cost, about 0.36 us per
+    # copy on the H200's host: reports/probes/exit-af41981/)
+    ptrs = {o.src for o in obs if o.direction == _H2D and o.is_async}
+    ptrs.update([o.dst for o in obs if o.direction == _D2H and o.is_async])
+    ptrs.update([p for o in obs if o.direction is None and o.role == COPY and o.src and o.dst
+                 for p in (o.src, o.dst)])
+    ptrs.discard(None)
+    ptrs.discard(0)
+    if not ptrs:
+        return ByPointer({})
     try:
         import torch
 
         if torch.cuda.is_current_stream_capturing():
-            return {}
+            return ByPointer({})
         lib = _load_cudart()
     except Exception:
-        return {}
-    # torch's host allocator reuses its pinned blocks: ask once per pointer
-    ptrs = list(dict.fromkeys([p for _, p in wanted] + [p for o in undirected
-                                                         for p in (o.src, o.dst)]))
+        return ByPointer({})
+    ptrs = list(ptrs)
     if fast is not None:
         types = fast.pointer_types(*_addresses(lib), ptrs)
     else:
@@ -180,41 +225,4 @@ def pointer_records(obs, fast=None) -> dict:
             else:
                 types.append(attr.type)
     # a failed query (-1) says nothing
-    kind = {p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0}
-    out = {}
-    shapes: dict = {}  # (direction, host kind) -> the record, one tuple shared by its copies
-    for o, ptr in wanted:
-        host = kind.get(ptr)
-        if host is not None:
-            rec = shapes.get((o.direction, host))
-            if rec is None:
-                rec = shapes[(o.direction, host)] = (1, host, 3) if o.direction == "h2d" else (2, 3, host)
-            out[o.correlation[0]] = rec
-    for o in undirected:
-        src, dst = kind.get(o.src), kind.get(o.dst)
-        if src is not None and dst is not None:
-            from_host, to_host = src in _HOST_KINDS, dst in _HOST_KINDS
-            copy = (9 if to_host else 1) if from_host else (2 if to_host else 8)
-            out[o.correlation[0]] = (copy, src, dst)
-    return out
-
-
-def host_kind(call, direction: str, records) -> str | None:
-    """pageable / pinned / ... for the host side of a copy, or None when no record says."""
-    for cid in call.correlation:
-        rec = records.get(cid)
-        if rec:
-            _copy, src, dst = rec
-            return C.MEMORY_KIND.get(src if direction == "h2d" else dst)
-    return None
-
-
-def copy_direction(call, records) -> str | None:
-    """The call's own direction, else the activity record's copyKind (cudaMemcpyDefault)."""
-    if call.direction:
-        return call.direction
-    for cid in call.correlation:
-        rec = records.get(cid)
-        if rec:
-            return C.COPY_KIND.get(rec[0])
-    return None
+    return ByPointer({p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0})

@@ -1,0 +1,124 @@
+"""Probe (H200, not a test): where a cuda region's exit spends its time, and what switching the
+callbacks off costs each way CUPTI offers.
+
+    python tools/probe_region_exit.py
+
+1. A 100-merge region's observations are captured, then each exit step is timed on them alone:
+   ``pointer_kinds`` (the pointer query at exit), ``combine``; warm (back to back) and cold (right
+   after another 100 merges and a device sync, as in a real region's exit).
+2. Switching every callback off before ``cuptiUnsubscribe`` (which keeps a syncing thread from
+   crashing: reports/probes/cupti-threads-2.11.0/): one ``cuptiEnableCallback(0)`` per id (the
+   detector's way, in one C loop), ``cuptiEnableDomain(0)`` for the runtime and driver domains, or
+   ``cuptiEnableAllDomains(0)``; each timed warm and cold, and checked: after it, a device sync
+   must reach no callback.
+"""
+import ctypes
+import statistics
+import time
+
+import torch
+
+import syncguard
+import syncguard.detectors.cuda as cuda_mod
+from syncguard.detectors import cupti as C
+from syncguard.detectors import hostmem
+from syncguard.detectors.cuda import HUB, combine
+
+emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
+mask = torch.rand(8192) < 0.5
+rows = torch.randn(int(mask.sum()), 1024, device="cuda", dtype=torch.bfloat16)
+
+
+def merges():
+    for _ in range(100):
+        emb[mask] = rows
+    torch.cuda.synchronize()
+
+
+captured = {}
+original = cuda_mod.pointer_kinds
+
+
+def grab(obs, fast=None):
+    captured["obs"] = list(obs)
+    return original(obs, fast)
+
+
+cuda_mod.pointer_kinds = grab
+for _ in range(3):
+    with syncguard.audit(("cuda",)):
+        merges()
+cuda_mod.pointer_kinds = original
+obs = captured["obs"]
+print(f"{len(obs)} observations; {HUB.callback}; "
+      f"{len({o.src for o in obs if o.role == 'copy'})} distinct host pointer(s)")
+
+
+def warm(name, fn, n=200):
+    fn()
+    ts = []
+    for _ in range(15):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        ts.append((time.perf_counter() - t0) / n * 1e6)
+    print(f"{name}, warm: {min(ts):.2f} us (median of 15 x {n}: {statistics.median(ts):.2f})")
+
+
+def cold(name, fn, before=merges, reps=21):
+    vals = []
+    for _ in range(reps):
+        before()
+        t0 = time.perf_counter()
+        fn()
+        vals.append((time.perf_counter() - t0) * 1e6)
+    print(f"{name}, cold (after 100 merges and a sync): median {statistics.median(vals):.1f} us")
+
+
+memory = hostmem.pointer_kinds(obs, HUB.fast)
+for name, fn in (("pointer_kinds(obs)", lambda: hostmem.pointer_kinds(obs, HUB.fast)),
+                 ("combine(obs)", lambda: combine(obs, memory))):
+    warm(name, fn)
+    cold(name, fn)
+
+lib = HUB.lib.lib
+lib.cuptiEnableAllDomains.argtypes = [ctypes.c_uint32, ctypes.c_void_p]
+lib.cuptiEnableDomain.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int]
+counts = [0]
+
+
+@C.CALLBACK
+def count(userdata, domain, cbid, data):
+    counts[0] += 1
+
+
+enable_addr = ctypes.cast(lib.cuptiEnableCallback, ctypes.c_void_p).value
+ways = {
+    "cuptiEnableCallback(0) per id (45, one C loop)":
+        lambda h: HUB.fast.switch(enable_addr, h.value, 0),
+    "cuptiEnableDomain(0) x2 (runtime, driver)":
+        lambda h: (lib.cuptiEnableDomain(0, h, C.DOMAIN_RUNTIME), lib.cuptiEnableDomain(0, h, C.DOMAIN_DRIVER)),
+    "cuptiEnableAllDomains(0)": lambda h: lib.cuptiEnableAllDomains(0, h),
+}
+for name, off in ways.items():
+    for mode in ("warm", "cold"):
+        vals, leaked = [], 0
+        for _ in range(21):
+            handle = ctypes.c_void_p()
+            assert lib.cuptiSubscribe(ctypes.byref(handle), count, None) == C.SUCCESS
+            HUB.fast.switch(enable_addr, handle.value, 1)
+            if mode == "cold":
+                for _ in range(100):
+                    emb[mask] = rows
+            counts[0] = 0
+            torch.cuda.synchronize()  # seen: callbacks are on
+            on = counts[0]
+            t0 = time.perf_counter()
+            off(handle)
+            vals.append((time.perf_counter() - t0) * 1e6)
+            counts[0] = 0
+            torch.cuda.synchronize()  # must not be seen
+            leaked += counts[0]
+            lib.cuptiUnsubscribe(handle)
+        print(f"switch off, {name}, {mode}: median {statistics.median(vals):.1f} us; "
+              f"callbacks before {on}, after {leaked}")
