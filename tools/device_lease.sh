@@ -5,14 +5,19 @@
 # /tmp/gpuN.lock), so a version can be queued the moment its carry is assembled.
 # Run on the GPU machine through the device tool, from the repository root:
 #
-#   start SHA          copy the tree to /tmp/tree, install it (editable), queue the image's
-#                      torch on GPU 0: tools/gpu_suite.sh matrix -> /tmp/r/base/
+#   start SHA [WHAT]   copy the tree to /tmp/tree, install it (editable), queue the image's
+#                      torch on GPU 0: tools/gpu_suite.sh WHAT (default matrix) -> /tmp/r/base/
 #   extras GPU         queue the image's torch's extras (mutation experiment first) on GPU
 #                      -> /tmp/r/extras/
 #   realsuite GPU DIR ARGS
 #                      queue tools/real_suite.py over another project's tree DIR (carried, with
 #                      its wheels under .devtree/) on GPU -> /tmp/r/realsuite/
-#   run VERSION GPU    after carry-torch's calls: queue that torch's matrix on GPU -> /tmp/r/VERSION/
+#   run VERSION GPU [WHAT]
+#                      after carry-torch's calls: queue that torch's gpu_suite.sh WHAT (default
+#                      matrix) on GPU -> /tmp/r/VERSION/
+#   overhead NAME GPU  queue the overhead benchmark of base or a carried VERSION on GPU, into the
+#                      same folder (after "core" runs: host timings are taken with nothing else
+#                      running on the host when the queue allows it) -> NAME-overhead.done
 #   wait FILE SECONDS  block until FILE exists (a call must be running, or the machine is given
 #                      back after ~30 s idle and every background run dies with it)
 #   status | collect NAME (tar /tmp/r/NAME into $OUT)
@@ -36,7 +41,13 @@ start)
   cd /tmp/tree
   python3 -m pip install -q --no-build-isolation --no-deps -e . > $R/install.log 2>&1 || cat $R/install.log
   nvidia-smi -L
-  queue 0 base "tools/gpu_suite.sh /tmp/r/base matrix"
+  queue 0 base "tools/gpu_suite.sh /tmp/r/base ${2:-matrix}"
+  ;;
+overhead)
+  N=$1; G=$2
+  cd /tmp/tree
+  [ "$N" = base ] || . /tmp/torch-$N.env
+  queue "$G" "$N-overhead" "tools/gpu_suite.sh /tmp/r/$N overhead"
   ;;
 extras)
   cd /tmp/tree
@@ -54,7 +65,7 @@ run)
   V=$1; G=$2
   cd /tmp/tree
   . /tmp/torch-$V.env
-  queue "$G" "$V" "tools/gpu_suite.sh /tmp/r/$V matrix"
+  queue "$G" "$V" "tools/gpu_suite.sh /tmp/r/$V ${3:-matrix}"
   ;;
 wait)
   for _ in $(seq 1 $(( $2 / 5 ))); do [ -f "$1" ] && break; sleep 5; done

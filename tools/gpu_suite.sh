@@ -3,7 +3,7 @@
 #   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison]
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
 # their ground truth, the whole tests/gpu suite, overhead and merge benchmarks, the thread stress
-# loop); extras: the mutation experiment, the race benchmark and the plugin's sample project
+# loop); core: matrix without the overhead benchmark; overhead: only that benchmark; extras: the mutation experiment, the race benchmark and the plugin's sample project
 # (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
 # the device-side row variant's first measurement; full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
@@ -32,12 +32,19 @@ if [ "${SYNCGUARD_SKIP_INSTALL:-0}" != 1 ]; then
   $py -m pip install -q --no-build-isolation --no-deps -e . > "$out/install.log" 2>&1 || cat "$out/install.log"
 fi
 P="-p no:cacheprovider -q -rfEx"
-if [ "$what" = matrix ] || [ "$what" = full ]; then
+if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
   step "cases-$ver" $py -m pytest $P -n 4 --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
-  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 31
+fi
+# overhead: host-side timings, so a lease runs them alone on the host ("core" elsewhere, then
+# "overhead" per version one after another): 101 rounds of the cheap configurations, 11 of the
+# profiler ones (~25x the loop each)
+if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = overhead ]; then
+  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 101 --profiler-rounds 11
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
+fi
+if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
   # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):
   # 6 processes bare, 6 audited with the default detectors, exit codes counted

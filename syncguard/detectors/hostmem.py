@@ -166,10 +166,10 @@ class ByPointer:
 
     def __init__(self, kinds: dict) -> None:
         self.kinds = kinds
+        self._names = {p: C.MEMORY_KIND.get(k) for p, k in kinds.items()}
 
     def host_kind(self, call, direction: str) -> str | None:
-        kind = self.kinds.get(call.src if direction == _H2D else call.dst)
-        return C.MEMORY_KIND.get(kind) if kind is not None else None
+        return self._names.get(call.src if direction == _H2D else call.dst)
 
     def direction(self, call) -> str | None:
         """The call's own direction, else which side of it is host memory (cudaMemcpyDefault,
@@ -193,11 +193,12 @@ def pointer_kinds(obs, fast=None) -> ByPointer:
 
     ``fast``: the C callback's module, which asks for every pointer in one call (per pointer
     through ctypes this was ~1 us on the H200's host)."""
-    # comprehensions over the region's calls, a set of pointers each (a 100-merge region keeps
-    # 100 copies; building a record per copy was this function's whole cost, about 0.36 us per
-    # copy on the H200's host: reports/probes/exit-af41981/)
-    ptrs = {o.src for o in obs if o.direction == _H2D and o.is_async}
-    ptrs.update([o.dst for o in obs if o.direction == _D2H and o.is_async])
+    # one set of pointers from the region's calls (a 100-merge region keeps 100 copies and one
+    # pinned block): a record built per copy was this step's whole cost, 0.096 ms per 100-merge
+    # region on the H200's host (reports/probes/c-fast-af41981/overhead-2.11.0.md), 0.033 ms
+    # after (reports/probes/exit-cf9999a/region-exit.log)
+    ptrs = {o.src if o.direction == _H2D else o.dst for o in obs
+            if o.is_async and (o.direction == _H2D or o.direction == _D2H)}
     ptrs.update([p for o in obs if o.direction is None and o.role == COPY and o.src and o.dst
                  for p in (o.src, o.dst)])
     ptrs.discard(None)
