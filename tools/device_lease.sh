@@ -15,9 +15,10 @@
 #   run VERSION GPU [WHAT]
 #                      after carry-torch's calls: queue that torch's gpu_suite.sh WHAT (default
 #                      matrix) on GPU -> /tmp/r/VERSION/
-#   overhead NAME GPU  queue the overhead benchmark of base or a carried VERSION on GPU, into the
-#                      same folder (after "core" runs: host timings are taken with nothing else
-#                      running on the host when the queue allows it) -> NAME-overhead.done
+#   suite NAME GPU WHAT
+#                      queue gpu_suite.sh WHAT for base (the image's torch) or a carried VERSION on
+#                      GPU, into the same folder -> NAME-WHAT.done (a lease runs "overhead" alone
+#                      on the host, "core" for the rest: host timings with no neighbour)
 #   wait FILE SECONDS  block until FILE exists (a call must be running, or the machine is given
 #                      back after ~30 s idle and every background run dies with it)
 #   status | collect NAME (tar /tmp/r/NAME into $OUT)
@@ -43,11 +44,11 @@ start)
   nvidia-smi -L
   queue 0 base "tools/gpu_suite.sh /tmp/r/base ${2:-matrix}"
   ;;
-overhead)
-  N=$1; G=$2
+suite)
+  N=$1; G=$2; W=$3
   cd /tmp/tree
   [ "$N" = base ] || . /tmp/torch-$N.env
-  queue "$G" "$N-overhead" "tools/gpu_suite.sh /tmp/r/$N overhead"
+  queue "$G" "$N-$W" "tools/gpu_suite.sh /tmp/r/$N $W"
   ;;
 extras)
   cd /tmp/tree
