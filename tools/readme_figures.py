@@ -149,6 +149,30 @@ def detector_cost_by_version() -> str:
     return "\n".join(out)
 
 
+def detector_cost_parts() -> str:
+    """Where the default detector's cost goes, per torch and workload: the whole region against
+    the same region without its entry and exit, and the two (medians over rounds, ms)."""
+    out = ["The default detector's regions split (`reports/gpu/<v>/overhead-<v>.json`, row "
+           "`audit(cuda) pointer`): × bare per round, the same without the region's entry and exit, "
+           "and the medians of those two in ms:", "",
+           "| torch | workload | × bare | × bare without entry and exit | entering, ms | leaving, ms |",
+           "|---|---|---|---|---|---|"]
+    for report in sorted((ROOT / "reports").glob("cuda-torch-*.json"),
+                         key=lambda p: tuple(int(x) for x in p.stem.split("-")[-1].split("."))):
+        version = report.stem.split("-")[-1]
+        path = ROOT / "reports" / "gpu" / version / f"overhead-{version}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        for w, rows in data["results"].items():
+            c = rows["audit(cuda) pointer"]
+            if "ratio_inside" not in c:
+                continue
+            out.append(f"| {data['torch']} | {w} | {_ratio(c)} | {c['ratio_inside']:.2f}× "
+                       f"| {c['enter_ms']:.2f} | {c['exit_ms']:.2f} |")
+    return "\n".join(out)
+
+
 def atlas_transitions() -> str:
     """The atlas's opening lines: what the committed corpus runs say changed between torches."""
     sys.path.insert(0, str(ROOT))
@@ -167,7 +191,8 @@ def atlas_transitions() -> str:
 
 
 BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
-          "detector-cost-versions": detector_cost_by_version, "atlas-transitions": atlas_transitions}
+          "detector-cost-versions": detector_cost_by_version, "detector-cost-parts": detector_cost_parts,
+          "atlas-transitions": atlas_transitions}
 
 
 def render(text: str) -> str:
