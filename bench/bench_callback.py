@@ -140,6 +140,53 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
         hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
 
 
+def _exit_per_event(fast, pairs: int = 100) -> float:
+    """µs per event that a region's exit spends on ``pairs`` pageable H2D copies each followed by
+    a stream sync from the same line (as 100 merges with a CPU mask make on torch 2.8: each pair
+    is one blocking copy, one event): the pointer query (a fake libcudart: pageable), the pairing
+    and the event each pair becomes, and the region's judgement of the events."""
+    from syncguard.attribution import Site
+    from syncguard.detectors import hostmem
+    from syncguard.detectors.cuda import combine
+    from syncguard.detectors.cudacalls import CudaCall
+    from syncguard.scope import Region
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def attributes(attr, ptr):
+        ctypes.c_int.from_address(attr).value = 0  # unregistered host memory: pageable
+        return 0
+
+    @ctypes.CFUNCTYPE(ctypes.c_int)
+    def last_error():
+        return 0
+
+    class FakeCudart:
+        cudaPointerGetAttributes, cudaGetLastError = attributes, last_error
+
+    site = Site("user.py", 3, "f", ("user.py:3 in f",))
+    obs = []
+    for i in range(pairs):
+        obs.append(CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (2 * i,), 0, site, "run",
+                            "MainThread", (), 3.0, 33048, 0x7000, 0xd000))
+        obs.append(CudaCall("cudaStreamSynchronize", "sync", "stream_sync", None, False, (2 * i + 1,),
+                            0, site, "run", "MainThread", (), 5.0))
+    saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
+    hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
+    region = Region(("cuda",))
+
+    def run():
+        events, _ = combine(obs, hostmem.pointer_kinds(obs, fast))
+        region.report.syncs.clear()
+        region._judge(events)
+        return events
+
+    try:
+        assert [e.kind for e, _, _ in run()] == ["blocking_copy_h2d"] * pairs
+        return min(timeit.repeat(run, number=100, repeat=7)) / 100 / pairs * 1e6
+    finally:
+        hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
+
+
 def _noop(*args):
     return None
 
@@ -182,6 +229,9 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
         rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
         rows.append(("piece: region exit per kept copy (host-memory query + combine, 100 async "
                      "copies from one pinned block)", _exit_per_copy(hub.fast)))
+        rows.append(("piece: region exit per sync event (100 pageable H2D copies, each paired "
+                     "with a stream sync: pointer query, pairing, events, judgement)",
+                     _exit_per_event(hub.fast)))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:

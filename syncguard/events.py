@@ -95,6 +95,31 @@ class SyncEvent(_Event):
     note: str | None = None
     phase: str = "run"  # "run", or "compile"/"graph_capture" when torch was compiling/capturing
 
+    @classmethod
+    def fast(cls, **fields) -> "SyncEvent":
+        """The same event as ``SyncEvent(**fields)``, built without ``__init__``: a frozen
+        dataclass sets each of its 14 fields with ``object.__setattr__``, which was half of what
+        a region's exit spent per sync (reports/cpu/event-cost.md). For the hot paths that make
+        one per sync; a name that is not a field raises TypeError, as ``__init__`` would."""
+        if not (fields.keys() <= _SYNC_FIELDS.keys() and _REQUIRED <= fields.keys()):
+            raise TypeError(f"SyncEvent has no field(s) {sorted(fields.keys() - _SYNC_FIELDS.keys())}"
+                            f" or lacks {sorted(_REQUIRED - fields.keys())}")
+        ev = object.__new__(cls)
+        values = ev.__dict__
+        values.update(_SYNC_FIELDS)  # every field, in the declared order, with its default
+        values.update(fields)
+        return ev
+
+    def replaced(self, **changes) -> "SyncEvent":
+        """``dataclasses.replace(self, **changes)`` through :meth:`fast`."""
+        return SyncEvent.fast(**{**self.__dict__, **changes})
+
+
+_SYNC_FIELDS = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
+                for f in dataclasses.fields(SyncEvent)}
+_REQUIRED = frozenset(f.name for f in dataclasses.fields(SyncEvent)
+                      if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
 
 @dataclass(frozen=True)
 class RaceEvent(_Event):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 import types
 import warnings
@@ -564,6 +565,16 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
 
     engine = Variable.__dict__["_execution_engine"]
     hub, region = FakeHub(path=path), FakeRegion()
+    handed = []  # (domain, cbid) of each callback the C callback gave the Python one
+    if path == "c":
+        # a counting hand-over, compiled as if it were torch's file so that attribution skips its
+        # frame as it skips the callback's own
+        ns = {"handed": handed, "python_callback": hub._callback}
+        src = ("def counting(u, domain, cbid, data):\n    handed.append((domain, cbid))\n"
+               "    return python_callback(u, domain, cbid, data)\n")
+        exec(compile(src, os.path.join(os.path.dirname(torch.__file__), "fake_handover.py"), "exec"), ns)
+        hub._callback = ns["counting"]
+        hub.use_fast()  # configured again, with the counting hand-over
     hub.acquire(region)
     seen = {}
 
@@ -575,6 +586,9 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
         @staticmethod
         def backward(ctx, g):
             def engine_thread():
+                d2d = C.MemcpyAsyncParams(dst=0x1000, src=0x3000, count=4, kind=3, stream=0)
+                _fire(hub, 2, 41, C.API_ENTER, 6, d2d)
+                _fire(hub, 2, 41, C.API_EXIT, 6, d2d)
                 sync = C.StreamParams(stream=0)
                 _fire(hub, 2, 131, C.API_ENTER, 7, sync)
                 _fire(hub, 2, 131, C.API_EXIT, 7, sync)
@@ -601,7 +615,12 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
     assert Variable.__dict__["_execution_engine"] is engine
     assert torch.equal(x.grad, torch.full((3,), 2.0))  # the proxy changed nothing
     assert seen["active"] == 1 and hub.backward.active == {}
-    (obs,) = region.observations
+    copy, obs = region.observations  # the engine thread's; the program's own thread kept nothing
+    assert (copy.api, copy.direction, copy.correlation) == ("cudaMemcpyAsync", "d2d", (6,))
+    if path == "c":
+        # the engine thread's no-wait copy stayed in C, its sync went to Python (ENTER, EXIT);
+        # the program's own thread is Python's to judge whole (it finds no owner: nothing kept)
+        assert handed == [(2, 131)] * 2 + [(2, 41)] * 2 + [(2, 131)] * 2
     assert obs.api == "cudaStreamSynchronize" and obs.thread.startswith("autograd engine")
     # the fake "engine thread" runs Python here, so its own frame is the site (L-FIRE); a C++
     # engine thread has none, and the backward() line is used instead

@@ -449,3 +449,27 @@ def test_a_thread_started_and_ended_inside_a_region_is_noticed_and_start_is_rest
     torch_hooks.unwatch_threads(busy)
     assert alone.state["ran_alone"] is True and busy.state["ran_alone"] is False
     assert threading.Thread.start is original
+
+
+@pytest.mark.parametrize("fields", [
+    dict(api="cudaStreamSynchronize", kind="stream_sync"),
+    dict(api="cudaMemcpyAsync", kind="pageable_copy", filename="u.py", lineno=3, function="f",
+         stack=("u.py:3 in f",), thread="MainThread", host_blocked_us=4.5, detectors=("cuda",),
+         phase="compile", note="n"),
+])
+def test_a_fast_built_sync_event_is_the_same_event(fields):
+    """SyncEvent.fast skips __init__ (the region's exit makes one per sync): the object must be
+    indistinguishable from SyncEvent(**fields) in every way a report uses it."""
+    slow, fast = SyncEvent(**fields), SyncEvent.fast(**fields)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert fast.to_dict() == slow.to_dict() and list(vars(fast)) == list(vars(slow))
+    assert fast.replaced(reason="r") == dataclasses.replace(slow, reason="r")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.kind = "x"
+
+
+def test_a_fast_built_sync_event_refuses_what_init_refuses():
+    with pytest.raises(TypeError, match="bogus"):
+        SyncEvent.fast(api="a", kind="stream_sync", bogus=1)
+    with pytest.raises(TypeError, match="kind"):
+        SyncEvent.fast(api="a")

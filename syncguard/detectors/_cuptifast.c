@@ -65,6 +65,8 @@ static PyObject *kind_names;     /* tuple: entry index -> kind (str) or None */
 static PyObject *role_names;     /* tuple: entry index -> role (str) */
 static PyObject *regions_var, *allows_var;
 static PyObject *backward_active; /* dict, non-empty while a region's backward pass runs */
+static PyObject *thread_active;   /* threading._active (None: unknown), for engine_owner() */
+static PyObject *dummy_thread;    /* threading._DummyThread */
 static PyObject *py_callback;    /* callable(userdata, domain, cbid, cbdata): the Python path */
 static PyObject *compiling;      /* callable() -> None/False unless torch.compile is compiling */
 static PyObject *compile_tls;    /* torch._guards._TLS (a threading.local), or None: then call
@@ -335,23 +337,35 @@ static void forward(void *userdata, int domain, uint32_t cbid, const CallbackDat
     Py_XDECREF(r);
 }
 
+/* The region(s) of the one backward pass in flight, for a call on a thread with no region of its
+ * own (borrowed, or NULL: then the Python callback decides). As BackwardOwners.owner(): exactly
+ * one backward running, and this thread not one the program started with ``threading`` (its
+ * calls are its own). Any other case goes to Python, which also counts the ambiguous ones. */
+static PyObject *engine_owner(void) {
+    if (!backward_active || PyDict_GET_SIZE(backward_active) != 1 || !thread_active) return NULL;
+    PyObject *ident = PyLong_FromUnsignedLong(PyThread_get_thread_ident());
+    if (!ident) return NULL;
+    PyObject *known = PyDict_GetItemWithError(thread_active, ident); /* borrowed */
+    Py_DECREF(ident);
+    if (!known && PyErr_Occurred()) return NULL;
+    if (known && !PyObject_TypeCheck(known, (PyTypeObject *)dummy_thread)) return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    if (!PyDict_Next(backward_active, &pos, &key, &value) || !PyTuple_Check(value) ||
+        PyTuple_GET_SIZE(value) < 1)
+        return NULL;
+    PyObject *regions = PyTuple_GET_ITEM(value, 0);
+    return PyTuple_Check(regions) && PyTuple_GET_SIZE(regions) ? regions : NULL;
+}
+
 static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d) {
-    PyObject *regions = NULL;
-    if (PyContextVar_Get(regions_var, s_empty, &regions) < 0) goto error;
-    if (!PyTuple_Check(regions) || PyTuple_GET_SIZE(regions) == 0) {
-        Py_DECREF(regions);
-        if (backward_active && PyDict_GET_SIZE(backward_active)) {
-            t->mode = MODE_PYTHON; /* an autograd engine thread, maybe a region's: Python decides */
-            forward(NULL, domain, cbid, d);
-        }
-        return;
-    }
+    /* the call's own parameters first: plain reads, no Python */
     int dir = e->dir;
     uint64_t stream = 0, src = 0, dst = 0, nbytes = 0;
     int has_stream = 0, has_ptrs = 0;
     const void *p = d->functionParams;
     if (e->role == ROLE_FREE) {
-        if (p && *(void *const *)p == NULL) { Py_DECREF(regions); return; } /* cudaFree(NULL) */
+        if (p && *(void *const *)p == NULL) return; /* cudaFree(NULL) frees nothing */
     } else if (p && e->spec == SPEC_STREAM) {
         stream = (uint64_t)(uintptr_t)(*(void *const *)p); has_stream = 1;
     } else if (p && e->spec == SPEC_MEMCPY) {
@@ -370,8 +384,27 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         src = m->src; dst = m->dst; nbytes = m->count; has_ptrs = 1;
         if (e->spec == SPEC_DRV_COPY_ASYNC) { stream = (uint64_t)(uintptr_t)m->stream; has_stream = 1; }
     }
-    if (e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H)) {
-        /* never a host wait; kept in order only to end a pending copy's pairing (combine) */
+    /* a device-to-device or host-to-host copy never makes the host wait; it is kept in order only
+     * to end a pending copy's pairing (combine), so it needs no site, thread or duration */
+    int no_wait = e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H);
+    PyObject *regions = NULL;
+    if (PyContextVar_Get(regions_var, s_empty, &regions) < 0) goto error;
+    if (!PyTuple_Check(regions) || PyTuple_GET_SIZE(regions) == 0) {
+        Py_CLEAR(regions);
+        if (!backward_active || !PyDict_GET_SIZE(backward_active)) return;
+        /* an autograd engine thread, maybe working for a region: its no-wait copies are kept
+         * here when the owner is plain (handing each to Python cost ~4% of a training step:
+         * reports/probes/backward-f2eb2d2/); everything else goes to the Python callback */
+        PyObject *owner = no_wait ? engine_owner() : NULL;
+        if (PyErr_Occurred()) goto error;
+        if (!owner) {
+            t->mode = MODE_PYTHON;
+            forward(NULL, domain, cbid, d);
+            return;
+        }
+        regions = Py_NewRef(owner);
+    }
+    if (no_wait) {
         PyObject *corr = Py_BuildValue("(I)", d->correlationId);
         PyObject *st = opt_u64(has_stream, stream), *nb = opt_u64(has_ptrs, nbytes);
         PyObject *sr = opt_u64(has_ptrs && src, src), *ds = opt_u64(has_ptrs && dst, dst);
@@ -486,15 +519,19 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     static char *names[] = {"table", "regions", "allows", "backward_active", "py_callback",
                             "compiling", "code_cache", "code_class", "site_cache", "make_site",
                             "thread_name", "call_type", "no_site", "stack_depth", "compile_tls",
-                            NULL};
-    PyObject *table, *o[13];
+                            "thread_active", "dummy_thread", NULL};
+    PyObject *table, *o[15];
     int depth;
-    o[12] = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOO!OO!OOOOi|O", names, &PyDict_Type, &table,
-                                     &o[0], &o[1], &PyDict_Type, &o[2], &o[3], &o[4], &PyDict_Type,
-                                     &o[5], &o[6], &PyDict_Type, &o[7], &o[8], &o[9], &o[10],
-                                     &o[11], &depth, &o[12]))
+    o[12] = o[13] = o[14] = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO!OOO!OO!OOOOi|OOO", names, &PyDict_Type,
+                                     &table, &o[0], &o[1], &PyDict_Type, &o[2], &o[3], &o[4],
+                                     &PyDict_Type, &o[5], &o[6], &PyDict_Type, &o[7], &o[8], &o[9],
+                                     &o[10], &o[11], &depth, &o[12], &o[13], &o[14]))
         return NULL;
+    if ((o[13] != Py_None && !PyDict_Check(o[13])) || (o[14] != Py_None && !PyType_Check(o[14]))) {
+        PyErr_SetString(PyExc_TypeError, "thread_active must be a dict and dummy_thread a type");
+        return NULL;
+    }
     if (!PyType_Check(o[10]) || !PyType_IsSubtype((PyTypeObject *)o[10], &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "call_type must be a tuple subclass");
         return NULL;
@@ -538,10 +575,11 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     }
     memcpy(entries, fresh, sizeof entries);
     Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
-    PyObject **slots[13] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
+    PyObject **slots[15] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
                             &code_cache, &code_class, &site_cache, &make_site, &thread_name,
-                            &call_type, &no_site, &compile_tls};
-    for (int k = 0; k < 13; k++) Py_XSETREF(*slots[k], Py_NewRef(o[k]));
+                            &call_type, &no_site, &compile_tls, &thread_active, &dummy_thread};
+    for (int k = 0; k < 15; k++) Py_XSETREF(*slots[k], Py_NewRef(o[k]));
+    if (thread_active == Py_None || dummy_thread == Py_None) Py_CLEAR(thread_active);
     class_clear(); /* the classes were attribution's answers for the previous configuration */
     site_clear();
     stack_depth = depth;

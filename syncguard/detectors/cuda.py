@@ -292,7 +292,10 @@ def fast_callback(hub: CuptiHub):
         code_class=attribution._code_class, site_cache=attribution.c_site_cache,
         make_site=attribution.site_from_frames, thread_name=_thread_name, call_type=CudaCall,
         no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH,
-        compile_tls=attribution.compile_context_tls())
+        compile_tls=attribution.compile_context_tls(),
+        # what BackwardOwners.owner() reads to tell an engine thread from one the program started
+        thread_active=getattr(threading, "_active", None),
+        dummy_thread=getattr(threading, "_DummyThread", None))
     hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
     return _cuptifast, "C callback"
 
@@ -353,7 +356,7 @@ class Cuda:
 
 
 def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEvent:
-    return SyncEvent(api=api, kind=kind, filename=o.site.filename, lineno=o.site.lineno,
+    return SyncEvent.fast(api=api, kind=kind, filename=o.site.filename, lineno=o.site.lineno,
                      function=o.site.function, stack=o.site.stack, thread=o.thread,
                      host_blocked_us=o.blocked_us if blocked is None else blocked,
                      detectors=detectors, phase=o.phase, note=note)
