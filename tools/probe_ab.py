@@ -24,6 +24,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--label", required=True)
 ap.add_argument("--out", required=True)
 ap.add_argument("--rounds", type=int, default=61)
+ap.add_argument("--only", help="time only the workloads whose name contains this")
 a = ap.parse_args()
 
 model = torch.nn.TransformerEncoder(
@@ -75,6 +76,8 @@ out = {"label": a.label, "torch": torch.__version__, "callback": HUB.callback,
        "syncguard": syncguard.__file__, "rounds": a.rounds, "results": {}}
 for name, work in (("transformer training step", step), ("100 merges", merges),
                    ("100 merges with a CUDA mask (100 syncs)", synced_merges)):
+    if a.only and a.only not in name:
+        continue
     for audited in (False, True, False, True):  # warm-up
         timed(work, audited)
     ratios, enter, leave = [], [], []
