@@ -22,6 +22,7 @@ loop with a Python no-op callback subtracted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import sys
@@ -103,19 +104,16 @@ def scenarios(hub, depth, between=None):
     return out, keep
 
 
-def _exit_per_copy(fast, copies: int = 100) -> float:
-    """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
-    sync-free merges leave them: one pinned host block) and a final device sync: the
-    pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
-    pairing. The fake and the capture check are swapped in only for this measurement."""
-    from syncguard.attribution import Site
+@contextlib.contextmanager
+def _fake_cudart(memory_type: int):
+    """hostmem's libcudart swapped for a fake that answers every pointer query with
+    ``memory_type`` (0 unregistered host memory: pageable; 1 cudaMemoryTypeHost: pinned), and no
+    stream capturing: for the exit measurements only, restored after."""
     from syncguard.detectors import hostmem
-    from syncguard.detectors.cuda import combine
-    from syncguard.detectors.cudacalls import CudaCall
 
     @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
     def attributes(attr, ptr):
-        ctypes.c_int.from_address(attr).value = 1  # cudaMemoryTypeHost: pinned
+        ctypes.c_int.from_address(attr).value = memory_type
         return 0
 
     @ctypes.CFUNCTYPE(ctypes.c_int)
@@ -125,19 +123,33 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
     class FakeCudart:
         cudaPointerGetAttributes, cudaGetLastError = attributes, last_error
 
+    saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
+    hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
+    try:
+        yield
+    finally:
+        hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
+
+
+def _exit_per_copy(fast, copies: int = 100) -> float:
+    """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
+    sync-free merges leave them: one pinned host block) and a final device sync: the
+    pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
+    pairing."""
+    from syncguard.attribution import Site
+    from syncguard.detectors import hostmem
+    from syncguard.detectors.cuda import combine
+    from syncguard.detectors.cudacalls import CudaCall
+
     site = Site("user.py", 3, "f", ("user.py:3 in f",))
     obs = [CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (i,), 0, site, "run", "MainThread",
                     (), 3.0, 33048, 0x7000, 0xd000 + i) for i in range(copies)]
     obs.append(CudaCall("cudaDeviceSynchronize", "sync", "device_sync", None, False, (copies,), None,
                         site, "run", "MainThread", (), 5.0))
-    saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
-    hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
-    try:
+    with _fake_cudart(1):
         run = lambda: combine(obs, hostmem.pointer_kinds(obs, fast))  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
         return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
-    finally:
-        hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
 
 
 def _exit_per_event(fast, pairs: int = 100) -> float:
@@ -151,18 +163,6 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
     from syncguard.detectors.cudacalls import CudaCall
     from syncguard.scope import Region
 
-    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-    def attributes(attr, ptr):
-        ctypes.c_int.from_address(attr).value = 0  # unregistered host memory: pageable
-        return 0
-
-    @ctypes.CFUNCTYPE(ctypes.c_int)
-    def last_error():
-        return 0
-
-    class FakeCudart:
-        cudaPointerGetAttributes, cudaGetLastError = attributes, last_error
-
     site = Site("user.py", 3, "f", ("user.py:3 in f",))
     obs = []
     for i in range(pairs):
@@ -170,8 +170,6 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
                             "MainThread", (), 3.0, 33048, 0x7000, 0xd000))
         obs.append(CudaCall("cudaStreamSynchronize", "sync", "stream_sync", None, False, (2 * i + 1,),
                             0, site, "run", "MainThread", (), 5.0))
-    saved = hostmem._load_cudart, torch.cuda.is_current_stream_capturing
-    hostmem._load_cudart, torch.cuda.is_current_stream_capturing = (lambda: FakeCudart), (lambda: False)
     region = Region(("cuda",))
 
     def run():
@@ -180,11 +178,9 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
         region._judge(events)
         return events
 
-    try:
+    with _fake_cudart(0):
         assert [e.kind for e, _, _ in run()] == ["blocking_copy_h2d"] * pairs
         return min(timeit.repeat(run, number=100, repeat=7)) / 100 / pairs * 1e6
-    finally:
-        hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
 
 
 def _noop(*args):
