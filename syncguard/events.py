@@ -111,10 +111,6 @@ class SyncEvent(_Event):
         values.update(fields)
         return ev
 
-    def replaced(self, **changes) -> "SyncEvent":
-        """``dataclasses.replace(self, **changes)`` through :meth:`fast`."""
-        return SyncEvent.fast(**{**self.__dict__, **changes})
-
 
 _SYNC_FIELDS = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
                 for f in dataclasses.fields(SyncEvent)}

@@ -357,9 +357,9 @@ class Cuda:
 
 def _event(o, api, kind, detectors=("cuda",), blocked=None, note=None) -> SyncEvent:
     return SyncEvent.fast(api=api, kind=kind, filename=o.site.filename, lineno=o.site.lineno,
-                     function=o.site.function, stack=o.site.stack, thread=o.thread,
-                     host_blocked_us=o.blocked_us if blocked is None else blocked,
-                     detectors=detectors, phase=o.phase, note=note)
+                          function=o.site.function, stack=o.site.stack, thread=o.thread,
+                          host_blocked_us=o.blocked_us if blocked is None else blocked,
+                          detectors=detectors, phase=o.phase, note=note)
 
 
 def combine(obs, memory) -> tuple[list, list[str]]:

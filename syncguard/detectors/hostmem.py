@@ -17,6 +17,8 @@ Both agreed with the profiler's runtime trace on every op measured (reports/prob
 The same two sources name the direction of a copy whose call does not (``cudaMemcpyDefault``, the
 driver's unified ``cuMemcpy``/``cuMemcpyAsync``): the activity record's ``copyKind``, or the two
 pointers' memory types. A copy that neither names is counted in a note, never dropped silently.
+``combine`` reads either source through one small interface: :class:`ByCorrelation` (activity
+records) or :class:`ByPointer` (what :func:`pointer_kinds` asked).
 """
 from __future__ import annotations
 
