@@ -144,7 +144,7 @@ static int classify(PyCodeObject *code) {
     PyObject *key = PyLong_FromVoidPtr(code);
     if (!key) return -1;
     PyObject *hit = PyDict_GetItemWithError(code_cache, key); /* borrowed */
-    int cls;
+    int cls = -1;
     if (!hit && !PyErr_Occurred()) { /* attribution decides (and caches where its answer is final) */
         PyObject *r = PyObject_CallOneArg(code_class, (PyObject *)code);
         if (!r) { Py_DECREF(key); return -1; }
