@@ -122,23 +122,30 @@ def detector_cost_table() -> str:
     return "\n".join(out)
 
 
-def detector_cost_by_version() -> str:
-    """The default detector's cost on every torch of the version matrix (its own overhead run)."""
-    rows = []
+def _matrix_overhead_runs() -> list[dict]:
+    """The overhead benchmark of each torch in the version matrix (``reports/cuda-torch-<v>.json``
+    with a ``reports/gpu/<v>/overhead-<v>.json``), oldest torch first."""
+    runs = []
     for report in sorted((ROOT / "reports").glob("cuda-torch-*.json"),
                          key=lambda p: tuple(int(x) for x in p.stem.split("-")[-1].split("."))):
         version = report.stem.split("-")[-1]
         path = ROOT / "reports" / "gpu" / version / f"overhead-{version}.json"
         if path.exists():
-            rows.append((version, path, json.loads(path.read_text())))
+            runs.append(json.loads(path.read_text()))
+    return runs
+
+
+def detector_cost_by_version() -> str:
+    """The default detector's cost on every torch of the version matrix (its own overhead run)."""
+    rows = _matrix_overhead_runs()
     if not rows:
         return "No overhead run in the version matrix."
-    workloads = list(rows[0][2]["results"])
+    workloads = list(rows[0]["results"])
     out = ["The default detector (`cuda`, host memory by pointer) on each torch of the version matrix: "
            "median over rounds of the per-round ratio [quartiles] (`reports/gpu/<v>/overhead-<v>.json`):", "",
            "| torch | callback | rounds | " + " | ".join(workloads) + " |",
            "|---|---|---|" + "---|" * len(workloads)]
-    for version, _path, data in rows:
+    for data in rows:
         cells = []
         for w in workloads:
             c = data["results"][w]["audit(cuda) pointer"]
@@ -157,13 +164,7 @@ def detector_cost_parts() -> str:
            "and the medians of those two in ms:", "",
            "| torch | workload | × bare | × bare without entry and exit | entering, ms | leaving, ms |",
            "|---|---|---|---|---|---|"]
-    for report in sorted((ROOT / "reports").glob("cuda-torch-*.json"),
-                         key=lambda p: tuple(int(x) for x in p.stem.split("-")[-1].split("."))):
-        version = report.stem.split("-")[-1]
-        path = ROOT / "reports" / "gpu" / version / f"overhead-{version}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
+    for data in _matrix_overhead_runs():
         for w, rows in data["results"].items():
             c = rows["audit(cuda) pointer"]
             if "ratio_inside" not in c:
