@@ -12,13 +12,19 @@ rounds, with the region's entry and exit (medians, ms).
 """
 import argparse
 import json
+import os
 import statistics
+import sys
 import time
 
 import torch
 
 import syncguard
 from syncguard.detectors.cuda import HUB
+
+# this tree's bench/ (the shared workloads), appended: ``syncguard`` stays whatever PYTHONPATH finds
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.workloads import mask_merges, merge_state, train_step  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", required=True)
@@ -27,30 +33,17 @@ ap.add_argument("--rounds", type=int, default=61)
 ap.add_argument("--only", help="time only the workloads whose name contains this")
 a = ap.parse_args()
 
-model = torch.nn.TransformerEncoder(
-    torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4).cuda()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-data = torch.randn(8, 128, 512, device="cuda")
-emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
-mask = torch.rand(8192) < 0.5
-rows = torch.randn(int(mask.sum()), 1024, device="cuda", dtype=torch.bfloat16)
-cuda_mask = mask.cuda()
-
-
-def step():
-    opt.zero_grad(set_to_none=True)
-    model(data).square().mean().backward()
-    opt.step()
+step = train_step()
+st = merge_state()
+synced = dict(st, mask=st["mask"].cuda())  # a CUDA mask: index_put_ syncs once per call
 
 
 def merges():
-    for _ in range(100):
-        emb[mask] = rows
+    mask_merges(st, 100)
 
 
 def synced_merges():
-    for _ in range(100):
-        emb[cuda_mask] = rows
+    mask_merges(synced, 100)
 
 
 def timed(work, audited):

@@ -10,6 +10,7 @@ the proxy and the Python path those calls take cost). One audited step is then s
 calls on autograd engine threads go through the Python callback (the C one hands them over).
 """
 import collections
+import os
 import statistics
 import sys
 import time
@@ -19,17 +20,12 @@ import torch
 import syncguard
 from syncguard.detectors.cuda import HUB
 
+# this tree's bench/ (the shared workloads), appended: ``syncguard`` stays whatever PYTHONPATH finds
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.workloads import train_step  # noqa: E402
+
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 41
-model = torch.nn.TransformerEncoder(
-    torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4).cuda()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-data = torch.randn(8, 128, 512, device="cuda")
-
-
-def step():
-    opt.zero_grad(set_to_none=True)
-    model(data).square().mean().backward()
-    opt.step()
+step = train_step()
 
 
 class NoProxy:

@@ -13,7 +13,9 @@ callbacks off costs each way CUPTI offers.
    must reach no callback.
 """
 import ctypes
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -24,14 +26,14 @@ from syncguard.detectors import cupti as C
 from syncguard.detectors import hostmem
 from syncguard.detectors.cuda import HUB, combine
 
-emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
-mask = torch.rand(8192) < 0.5
-rows = torch.randn(int(mask.sum()), 1024, device="cuda", dtype=torch.bfloat16)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree's bench/
+from bench.workloads import mask_merges, merge_state  # noqa: E402
+
+st = merge_state()
 
 
 def merges():
-    for _ in range(100):
-        emb[mask] = rows
+    mask_merges(st, 100)
     torch.cuda.synchronize()
 
 
@@ -108,8 +110,7 @@ for name, off in ways.items():
             assert lib.cuptiSubscribe(ctypes.byref(handle), count, None) == C.SUCCESS
             HUB.fast.switch(enable_addr, handle.value, 1)
             if mode == "cold":
-                for _ in range(100):
-                    emb[mask] = rows
+                mask_merges(st, 100)
             counts[0] = 0
             torch.cuda.synchronize()  # seen: callbacks are on
             on = counts[0]
