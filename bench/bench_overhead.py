@@ -55,7 +55,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import syncguard  # noqa: E402
-from bench.workloads import mask_merges, tiny_kernels  # noqa: E402
+from bench.workloads import mask_merges, merge_state, tiny_kernels, train_step  # noqa: E402
 
 
 def tiny_loop(st):
@@ -93,19 +93,6 @@ def timed(work, cm, st):
         work(st)
         torch.cuda.synchronize()
     return time.perf_counter() - t0
-
-
-def train_step_workload():
-    model = torch.nn.TransformerEncoder(
-        torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    data = torch.randn(8, 128, 512, device="cuda")
-
-    def step(st):
-        opt.zero_grad(set_to_none=True)
-        model(data).square().mean().backward()
-        opt.step()
-    return step
 
 
 EXIT_MS: dict = collections.defaultdict(list)  # configuration -> ms spent leaving the region
@@ -324,11 +311,7 @@ def main():
                     help="instead of the timings: cProfile 100 merges under audit(cuda) and write "
                          "where the Python time goes (OUT/overhead-cprofile-<torch>.txt)")
     a = ap.parse_args()
-    st = {"y": torch.zeros(16, device="cuda")}
-    emb = torch.randn(8192, 1024, device="cuda", dtype=torch.bfloat16)
-    mask = torch.rand(8192) < 0.5
-    st.update(emb=emb, mask=mask, rows=torch.randn(int(mask.sum()), 1024, device="cuda",
-                                                    dtype=torch.bfloat16))
+    st = {"y": torch.zeros(16, device="cuda"), **merge_state()}
     if a.cprofile:
         return cprofile_merges(st, a.out)
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
@@ -350,7 +333,7 @@ def main():
         "audit(debug,trace,profile)": lambda: syncguard.audit(("debug", "trace", "profile")),
     }
     workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
-                 ("transformer training step", train_step_workload()))
+                 ("transformer training step", train_step()))
     try:  # before any profiler configuration takes CUPTI; a failure must not lose the timings
         pieces = region_pieces()
         breakdown = {w: region_breakdown(work, st) for w, work in (("100 merges", merge_loop),
@@ -360,9 +343,8 @@ def main():
     results = {w: {} for w, _ in workloads}
     calls = {}
     exits = {}
-    phase_rounds = {id(before): a.rounds, id(after): a.profiler_rounds or a.rounds}
-    for configs in (before, after):
-        rounds = phase_rounds[id(configs)]
+    profiler_rounds = a.profiler_rounds or a.rounds
+    for configs, rounds in ((before, a.rounds), (after, profiler_rounds)):
         for wname, work in workloads:
             if configs is before:
                 EXIT_MS.clear()
@@ -417,7 +399,7 @@ def main():
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
            "callback": HUB.callback,
            "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds,
-           "profiler_rounds": phase_rounds[id(after)], "order": "rotated per round",
+           "profiler_rounds": profiler_rounds, "order": "rotated per round",
            "results": table,
            "calls_per_workload_call": calls}
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
