@@ -242,13 +242,11 @@ def compile_context_tls():
     read of it (``getattr(_TLS, "compile_context", None)``, on every torch checked): the C
     callback then reads the thread's ``compile_context`` itself instead of calling into Python
     per copy. None where torch._guards is not imported or ``try_get`` does anything else."""
-    guards = sys.modules.get("torch._guards")
-    tls = getattr(guards, "_TLS", None)
-    code = getattr(getattr(_compile_context_getter(), "__code__", None), "co_names", None)
-    if tls is None or code != ("getattr", "_TLS") or not hasattr(tls, "__dict__"):
+    tls = getattr(sys.modules.get("torch._guards"), "_TLS", None)
+    code = getattr(_compile_context_getter(), "__code__", None)
+    if tls is None or code is None or code.co_names != ("getattr", "_TLS") or not hasattr(tls, "__dict__"):
         return None
-    consts = _compile_context_getter().__code__.co_consts
-    return tls if "compile_context" in consts else None
+    return tls if "compile_context" in code.co_consts else None
 
 
 def is_tracing() -> bool:
