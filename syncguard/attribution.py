@@ -244,7 +244,8 @@ def compile_context_tls():
     per copy. None where torch._guards is not imported or ``try_get`` does anything else."""
     tls = getattr(sys.modules.get("torch._guards"), "_TLS", None)
     code = getattr(_compile_context_getter(), "__code__", None)
-    if tls is None or code is None or code.co_names != ("getattr", "_TLS") or not hasattr(tls, "__dict__"):
+    if (tls is None or code is None or code.co_names != ("getattr", "_TLS")
+            or not hasattr(tls, "__dict__")):
         return None
     return tls if "compile_context" in code.co_consts else None
 
