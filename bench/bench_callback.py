@@ -183,6 +183,61 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
         return min(timeit.repeat(run, number=100, repeat=7)) / 100 / pairs * 1e6
 
 
+_FAKE_CUPTI_C = """
+int cuptiSubscribe(void **h, void *cb, void *ud) { *h = (void *)0x5ca1ab1e; return 0; }
+int cuptiEnableCallback(unsigned on, void *h, int domain, unsigned cbid) { return 0; }
+int cuptiUnsubscribe(void *h) { return 0; }
+"""
+
+
+def _c_stand_in():
+    """A libcupti stand-in in C (compiled here with cc): subscribe, enable and unsubscribe that
+    do nothing, so a region's entry and exit run our own code through the same calls as on the
+    GPU (ctypes or the C module), with CUPTI's own cost left out."""
+    import subprocess
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="fake_cupti_")
+    src, so = os.path.join(d, "fake_cupti.c"), os.path.join(d, "libfake_cupti.so")
+    with open(src, "w") as fh:
+        fh.write(_FAKE_CUPTI_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", so, src], check=True)
+    lib = ctypes.CDLL(so)
+    lib.cuptiSubscribe.argtypes = [ctypes.POINTER(ctypes.c_void_p), C.CALLBACK, ctypes.c_void_p]
+    lib.cuptiUnsubscribe.argtypes = [ctypes.c_void_p]
+    lib.cuptiEnableCallback.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
+    return lib
+
+
+def _region_enter_exit() -> float:
+    """µs per empty ``audit(("cuda",))`` region, entered and left: the region's, the hub's and
+    the detector's own work, with the C stand-in for libcupti and one callback id per API the
+    detector watches (37; the H200's CUDA 13 table has 45 with the versioned ids)."""
+    import syncguard
+    from syncguard import detectors as registry
+    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
+
+    hub = FakeHub()
+    hub.lib.lib = _c_stand_in()
+    hub.table = {(2, 100 + i): (n,) + v for i, (n, v) in enumerate(RUNTIME_APIS.items())}
+    hub.table.update({(1, 100 + i): (n,) + v for i, (n, v) in enumerate(DRIVER_APIS.items())})
+    hub.use_fast()
+    det = registry.get("cuda")
+    saved = det.hub, torch.cuda.is_initialized
+    det.hub, torch.cuda.is_initialized = hub, (lambda: True)  # a CPU build: CUDA "set up"
+
+    def region():
+        with syncguard.audit(("cuda",)):
+            pass
+    try:
+        with syncguard.audit(("cuda",)) as rep:
+            pass
+        assert rep.detectors == ("cuda",) and not hub.subscribed, (rep.detectors, rep.notes)
+        return min(timeit.repeat(region, number=500, repeat=9)) / 500 * 1e6
+    finally:
+        det.hub, torch.cuda.is_initialized = saved
+
+
 def _noop(*args):
     return None
 
@@ -228,6 +283,8 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
         rows.append(("piece: region exit per sync event (100 pageable H2D copies, each paired "
                      "with a stream sync: pointer query, pairing, events, judgement)",
                      _exit_per_event(hub.fast)))
+        rows.append(("piece: an empty audit(cuda) region, entered and left (per region; a C "
+                     "stand-in for libcupti)", _region_enter_exit()))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:

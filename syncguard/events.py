@@ -96,26 +96,35 @@ class SyncEvent(_Event):
     phase: str = "run"  # "run", or "compile"/"graph_capture" when torch was compiling/capturing
 
     @classmethod
-    def fast(cls, **fields) -> "SyncEvent":
-        """The same event as ``SyncEvent(**fields)``, built without ``__init__``, which sets each
-        of the 14 fields of a frozen dataclass with ``object.__setattr__``. A region's exit makes
-        one per sync: 2.7 -> 2.3 us per sync event on the CPU (reports/cpu/callback-events.md).
-        A name that is not a field, or a missing required one, raises TypeError as ``__init__``
-        would. Nothing here runs ``__post_init__``: SyncEvent has none."""
-        if not (fields.keys() <= _SYNC_FIELDS.keys() and _REQUIRED <= fields.keys()):
-            raise TypeError(f"SyncEvent has no field(s) {sorted(fields.keys() - _SYNC_FIELDS.keys())}"
-                            f" or lacks {sorted(_REQUIRED - fields.keys())}")
-        ev = object.__new__(cls)
+    def at(cls, site, api: str, kind: str, thread: str, host_blocked_us: float | None,
+           detectors: tuple[str, ...], phase: str, note: str | None = None) -> "SyncEvent":
+        """The event of a call observed at ``site`` (an :class:`~syncguard.attribution.Site`):
+        the same as ``SyncEvent(api=api, kind=kind, filename=site.filename, lineno=site.lineno,
+        function=site.function, stack=site.stack, thread=..., ...)``, built without ``__init__``,
+        which sets each of the 14 fields of a frozen dataclass with ``object.__setattr__``, and
+        without keyword arguments. A region's exit makes one per sync: 2.7 -> 2.3 us per sync
+        event on the CPU with keywords (reports/cpu/callback-events.md), a keyword call and
+        its check ~0.8 us of that. Nothing here runs ``__post_init__``: SyncEvent has none."""
+        ev = _new(cls)
         values = ev.__dict__
         values.update(_SYNC_FIELDS)  # every field, in the declared order, with its default
-        values.update(fields)
+        values["api"] = api
+        values["kind"] = kind
+        values["filename"] = site.filename
+        values["lineno"] = site.lineno
+        values["function"] = site.function
+        values["stack"] = site.stack
+        values["thread"] = thread
+        values["host_blocked_us"] = host_blocked_us
+        values["detectors"] = detectors
+        values["phase"] = phase
+        values["note"] = note
         return ev
 
 
+_new = object.__new__
 _SYNC_FIELDS = {f.name: (f.default if f.default is not dataclasses.MISSING else None)
                 for f in dataclasses.fields(SyncEvent)}
-_REQUIRED = frozenset(f.name for f in dataclasses.fields(SyncEvent)
-                      if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
 
 
 @dataclass(frozen=True)

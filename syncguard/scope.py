@@ -112,10 +112,10 @@ class Region:
         # an open predicting() block (pytest --syncguard-predict) every region predicts: the
         # tensors there are stand-ins that no GPU detector could see.
         predict = predict or _inside_prediction()
-        self.detectors = ("predict",) if predict else parse_detectors(detectors)
+        parsed, self.fail_on_phases = _parsed(detectors, fail_on_phases)
+        self.detectors = ("predict",) if predict else parsed
         self.races = bool(races) and not predict
         self.raise_on_exit = raise_on_exit
-        self.fail_on_phases = parse_phases(fail_on_phases, "fail_on_phases")
         self.report = Report(detectors=())
         self.observations: list = []
         self.profile_syncs: list = []
@@ -167,27 +167,29 @@ class Region:
         names, why = registry.resolve(self.detectors)
         if names == ("predict",):
             why = "predict: syncs predicted on the CPU from rules measured on a GPU, not measured"
-        notes = []
+        fell_back = False
         for det in registry.ordered(names):
             try:
                 det.arm(self)
             except DetectorUnavailable as e:
-                notes.append(f"{det.name} detector not used: {e}")
+                self.report.notes.append(f"{det.name} detector not used: {e}")
                 if det.name == "cuda":  # the most complete one failed: the reversible fallback
                     fallback = [n for n in registry.FALLBACK if n not in names]
                     for fb in registry.ordered(fallback):
                         fb.arm(self)
                         self._armed.append(fb)
+                    fell_back = True
                     why = f"{','.join(registry.FALLBACK)}: cuda detector not used ({e})"
                 continue
             self._armed.append(det)
-        self.report.notes.extend(notes)
+        if fell_back:
+            self._armed.sort(key=lambda d: d.order)  # finish() runs in detector order
         if self.races:
             from .races import RaceDetector
 
             self._race_detector = RaceDetector()
             self._race_detector.start()
-        ran = tuple(d.name for d in sorted(self._armed, key=lambda d: d.order))
+        ran = tuple(d.name for d in self._armed)
         self.report.detectors = ran + (("races",) if self.races else ())
         self.report.detector_reason = why
 
@@ -233,7 +235,7 @@ class Region:
     # -- merging --------------------------------------------------------------------------------
     def _finalize(self) -> None:
         events: list = []
-        for det in sorted(getattr(self, "_finishers", []), key=lambda d: d.order):
+        for det in getattr(self, "_finishers", ()):  # in detector order, as armed
             events = det.finish(self, events)
         self._judge(events)
 
@@ -245,7 +247,7 @@ class Region:
         used: dict[int, int] = {}
         for ev, allows, _ in events:
             chosen = exhausted = None
-            for a in reversed(allows):
+            for a in reversed(allows) if allows else ():
                 if not a.matches(ev):
                     continue
                 if a.max is not None and used.get(id(a), 0) >= a.max:
@@ -264,6 +266,25 @@ class Region:
                     ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
             else:
                 self.report.syncs.append(ev)
+
+_PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed: one region per test or step
+
+
+def _parsed(detectors, phases) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """parse_detectors and parse_phases of a region's arguments, remembered for hashable ones
+    (a region's entry is on the audited program's path; an error is raised each time)."""
+    key = (detectors, phases)
+    try:
+        return _PARSED[key]
+    except (KeyError, TypeError):  # TypeError: a list, not hashable; parsed each time
+        out = parse_detectors(detectors), parse_phases(phases, "fail_on_phases")
+        if len(_PARSED) < 256:
+            try:
+                _PARSED[key] = out
+            except TypeError:
+                pass
+        return out
+
 
 def _inside_prediction() -> bool:
     mod = sys.modules.get("syncguard.predict")  # never imported here: it needs torch

@@ -212,10 +212,34 @@ from syncguard.detectors.hostmem import ByCorrelation, ByPointer  # noqa: E402
 
 
 class FakeLib:
-    """Stands in for libcupti: records calls, returns CUPTI_SUCCESS (or a chosen error)."""
+    """Stands in for libcupti: records calls, returns CUPTI_SUCCESS (or a chosen error).
+    ``c_functions``: the subscription's three entry points are C function pointers (ctypes
+    callbacks into this object), as a real library's are, so the C module calls them itself."""
 
-    def __init__(self, subscribe_error=0):
+    _TYPES = {
+        "cuptiSubscribe": ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                           ctypes.c_void_p, ctypes.c_void_p),
+        "cuptiEnableCallback": ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p,
+                                                ctypes.c_int, ctypes.c_uint32),
+        "cuptiUnsubscribe": ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)}
+
+    def __init__(self, subscribe_error=0, c_functions=False):
         self.calls, self.subscribe_error, self.enabled = [], subscribe_error, {}
+        if c_functions:
+            for name, ftype in self._TYPES.items():
+                setattr(self, name, ftype(self._c(name)))  # kept alive here, as CUPTI's are
+
+    def _c(self, name):
+        record = self.__getattr__(name)
+
+        def fn(*args):
+            if name == "cuptiSubscribe":
+                code = record(*args)
+                if not code:
+                    args[0][0] = 0x5ca1ab1e  # the subscriber handle CUPTI writes back
+                return code
+            return record(*args)
+        return fn
 
     def __getattr__(self, name):
         def fn(*args):
@@ -242,11 +266,13 @@ PATHS = ["python", pytest.param("c", marks=pytest.mark.skipif(
 
 class FakeHub(CuptiHub):
     """A hub over a fake libcupti. ``path="c"`` configures the C callback (``_cuptifast``) with
-    this hub's table, and :func:`_fire` then calls it as CUPTI would (GIL released)."""
+    this hub's table, and :func:`_fire` then calls it as CUPTI would (GIL released); the fake's
+    subscription entry points are then C function pointers, which the C module calls itself."""
 
     def __init__(self, subscribe_error=0, path="python"):
         super().__init__()
-        self.lib = types.SimpleNamespace(lib=FakeLib(subscribe_error), path="fake",
+        fake = FakeLib(subscribe_error, c_functions=path == "c")
+        self.lib = types.SimpleNamespace(lib=fake, path="fake",
                                          error_name=lambda c: f"err{c}",
                                          check=lambda code, what: None)
         self.table = {(2, 41): ("cudaMemcpyAsync",) + RUNTIME_APIS["cudaMemcpyAsync"],
@@ -297,11 +323,13 @@ def test_every_version_of_a_watched_api_gets_its_callback_enabled():
     assert table[(1, 290)][:3] == ("cuMemcpyDtoH", "copy", "d2h")
 
 
-def test_subscription_is_refcounted_and_fully_undone():
-    """Fake libcupti: two regions, one subscription; the last release unsubscribes."""
+@pytest.mark.parametrize("path", PATHS)
+def test_subscription_is_refcounted_and_fully_undone(path):
+    """Fake libcupti: two regions, one subscription; the last release unsubscribes. Through
+    ctypes (Python callback) and through the C module's on/off (C callback) alike."""
     ap = pytest.importorskip("torch.autograd.profiler")
     before = ap._prepare_profiler
-    hub, a, b = FakeHub(), FakeRegion(), FakeRegion()
+    hub, a, b = FakeHub(path=path), FakeRegion(), FakeRegion()
     hub.acquire(a)
     hub.acquire(b)
     assert ap._prepare_profiler.__wrapped__ is before  # a starting profiler gets CUPTI handed over
@@ -315,9 +343,18 @@ def test_subscription_is_refcounted_and_fully_undone():
     assert ap._prepare_profiler is before
     hub.release(b)  # releasing twice is harmless
     assert calls.count("cuptiUnsubscribe") == 1
+    assert set(hub.lib.lib.enabled.values()) == {0}  # switched off before unsubscribing
+    assert calls.index("cuptiUnsubscribe") > max(
+        i for i, c in enumerate(calls) if c == "cuptiEnableCallback")
+    hub.acquire(a)  # again: subscribed afresh, the same profiler wrapper put back
+    assert calls.count("cuptiSubscribe") == 2 and set(hub.lib.lib.enabled.values()) == {1}
+    assert ap._prepare_profiler.__wrapped__ is before
+    hub.release(a)
+    assert not hub.subscribed and ap._prepare_profiler is before
 
 
-def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubscribes():
+@pytest.mark.parametrize("path", PATHS)
+def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubscribes(path):
     """Fake libcupti, real thread. Unsubscribing beside a syncing thread crashed it on the H200
     (reports/probes/cupti-threads-2.11.0/, reports/probes/stress-e8a2950/): with another
     thread alive the last region only switches every callback off; the next region reuses the
@@ -326,7 +363,7 @@ def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubsc
 
     ap = pytest.importorskip("torch.autograd.profiler")
     before = ap._prepare_profiler
-    hub, a = FakeHub(), FakeRegion()
+    hub, a = FakeHub(path=path), FakeRegion()
     lib = hub.lib.lib
     go = threading.Event()
     t = threading.Thread(target=go.wait)
@@ -361,8 +398,9 @@ def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubsc
     assert set(lib.enabled.values()) == {0} and ap._prepare_profiler is before
 
 
-def test_subscribe_failure_is_a_clear_unavailable_reason():
-    hub = FakeHub(subscribe_error=39)
+@pytest.mark.parametrize("path", PATHS)
+def test_subscribe_failure_is_a_clear_unavailable_reason(path):
+    hub = FakeHub(subscribe_error=39, path=path)
     with pytest.raises(detectors.DetectorUnavailable, match="cuptiSubscribe failed: err39"):
         hub.acquire(FakeRegion())
     assert hub.users == 0 and not hub.subscribed

@@ -13,6 +13,7 @@ import pytest
 
 import syncguard
 from syncguard import detect
+from syncguard.attribution import Site
 from syncguard.events import Report, SyncEvent
 from syncguard.scope import parse_detectors
 from syncguard.testing import fake_sync, marked_line
@@ -452,23 +453,22 @@ def test_a_thread_started_and_ended_inside_a_region_is_noticed_and_start_is_rest
 
 
 @pytest.mark.parametrize("fields", [
-    dict(api="cudaStreamSynchronize", kind="stream_sync"),
+    dict(api="cudaStreamSynchronize", kind="stream_sync", thread="", host_blocked_us=None,
+         detectors=(), phase="run"),
     dict(api="cudaMemcpyAsync", kind="pageable_copy", filename="u.py", lineno=3, function="f",
          stack=("u.py:3 in f",), thread="MainThread", host_blocked_us=4.5, detectors=("cuda",),
          phase="compile", note="n"),
 ])
-def test_a_fast_built_sync_event_is_the_same_event(fields):
-    """SyncEvent.fast skips __init__ (the region's exit makes one per sync): the object must be
+def test_an_event_built_at_a_site_is_the_same_event(fields):
+    """SyncEvent.at skips __init__ (the region's exit makes one per sync): the object must be
     indistinguishable from SyncEvent(**fields) in every way a report uses it."""
-    slow, fast = SyncEvent(**fields), SyncEvent.fast(**fields)
+    site = Site(fields.get("filename"), fields.get("lineno"), fields.get("function"),
+                fields.get("stack", ()))
+    slow = SyncEvent(**fields)
+    fast = SyncEvent.at(site, fields["api"], fields["kind"], fields["thread"],
+                        fields["host_blocked_us"], fields["detectors"], fields["phase"],
+                        fields.get("note"))
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
     assert fast.to_dict() == slow.to_dict() and list(vars(fast)) == list(vars(slow))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.kind = "x"
-
-
-def test_a_fast_built_sync_event_refuses_what_init_refuses():
-    with pytest.raises(TypeError, match="bogus"):
-        SyncEvent.fast(api="a", kind="stream_sync", bogus=1)
-    with pytest.raises(TypeError, match="kind"):
-        SyncEvent.fast(api="a")

@@ -44,12 +44,14 @@ class Detector(Protocol):
 
 
 _registry: dict[str, Detector] = {}
+_ordered: dict[tuple, tuple] = {}  # selected names -> their detectors in order (every region asks)
 
 
 def register(detector: Detector) -> Detector:
     if detector.name in _registry or detector.name == AUTO:
         raise ValueError(f"detector {detector.name!r} is already registered")
     _registry[detector.name] = detector
+    _ordered.clear()
     return detector
 
 
@@ -74,9 +76,13 @@ def get(name: str) -> Detector:
     return _registry[name]
 
 
-def ordered(selected) -> list[Detector]:
-    _builtin()
-    return sorted((_registry[n] for n in selected), key=lambda d: d.order)
+def ordered(selected) -> tuple[Detector, ...]:
+    key = tuple(selected)
+    hit = _ordered.get(key)
+    if hit is None:
+        _builtin()
+        hit = _ordered[key] = tuple(sorted((_registry[n] for n in key), key=lambda d: d.order))
+    return hit
 
 
 def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:

@@ -58,6 +58,11 @@ enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2 };
 
 typedef struct { int8_t used, role, dir, is_async, spec; int16_t index; } Entry;
 static Entry entries[3][MAXCB];
+/* the configured ids as a list, for switching them on and off: scanning entries[][] (64 KB) for
+ * them cost as much as the 45 cuptiEnableCallback calls themselves */
+#define MAXIDS 512
+static struct { int domain; int cbid; } ids[MAXIDS];
+static int nids;
 
 /* configuration (configure()); strong references held until the next configure() */
 static PyObject *api_names;      /* tuple: entry index -> api name (str) */
@@ -559,7 +564,12 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     Py_ssize_t n = PyDict_GET_SIZE(table), pos = 0, i = 0;
     PyObject *apis = PyTuple_New(n), *kinds = PyTuple_New(n), *roles = PyTuple_New(n), *key, *val;
     if (!apis || !kinds || !roles) goto fail;
+    if (n > MAXIDS) {
+        PyErr_Format(PyExc_ValueError, "%zd callback ids, more than %d", n, MAXIDS);
+        goto fail;
+    }
     static Entry fresh[3][MAXCB];
+    static struct { int domain; int cbid; } fresh_ids[MAXIDS];
     memset(fresh, 0, sizeof fresh);
     while (PyDict_Next(table, &pos, &key, &val)) {
         int domain, cbid, is_async, spec, dir;
@@ -580,12 +590,15 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
         Entry *e = &fresh[domain][cbid];
         e->used = 1; e->role = (int8_t)role_code; e->dir = (int8_t)dir;
         e->is_async = (int8_t)is_async; e->spec = (int8_t)spec; e->index = (int16_t)i;
+        fresh_ids[i].domain = domain; fresh_ids[i].cbid = cbid;
         PyTuple_SET_ITEM(apis, i, Py_NewRef(api));
         PyTuple_SET_ITEM(roles, i, Py_NewRef(role));
         PyTuple_SET_ITEM(kinds, i, Py_NewRef(kind));
         i++;
     }
     memcpy(entries, fresh, sizeof entries);
+    memcpy(ids, fresh_ids, sizeof ids);
+    nids = (int)i;
     Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
     PyObject **slots[15] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
                             &code_cache, &code_class, &site_cache, &make_site, &thread_name,
@@ -603,21 +616,63 @@ fail:
 }
 
 typedef int (*EnableFn)(uint32_t enable, void *subscriber, int domain, int cbid);
+typedef int (*SubscribeFn)(void **subscriber, void *callback, void *userdata);
+typedef int (*UnsubscribeFn)(void *subscriber);
 
-static PyObject *fn_switch(PyObject *self, PyObject *args) {
-    /* cuptiEnableCallback(on, handle, domain, cbid) for every configured id, in one call */
-    unsigned long long fn, handle;
-    int on;
-    if (!PyArg_ParseTuple(args, "KKi", &fn, &handle, &on)) return NULL;
-    EnableFn enable = (EnableFn)(uintptr_t)fn;
+/* cuptiEnableCallback(on, handle, domain, cbid) for every configured id; the first error */
+static int switch_all(EnableFn enable, void *handle, int on) {
     int first_error = 0;
-    for (int d = 1; d <= 2; d++)
-        for (int c = 0; c < MAXCB; c++)
-            if (entries[d][c].used) {
-                int rc = enable((uint32_t)on, (void *)(uintptr_t)handle, d, c);
-                if (rc && !first_error) first_error = rc;
-            }
-    return PyLong_FromLong(first_error);
+    for (int k = 0; k < nids; k++) {
+        int rc = enable((uint32_t)on, handle, ids[k].domain, ids[k].cbid);
+        if (rc && !first_error) first_error = rc;
+    }
+    return first_error;
+}
+
+/* Every CUPTI call below runs with the GIL released, as ctypes made them: CUPTI may wait for a
+ * callback in flight on another thread, and that callback may be waiting for the GIL. */
+static PyObject *fn_switch(PyObject *self, PyObject *args) {
+    unsigned long long fn, handle;
+    int on, rc;
+    if (!PyArg_ParseTuple(args, "KKi", &fn, &handle, &on)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = switch_all((EnableFn)(uintptr_t)fn, (void *)(uintptr_t)handle, on);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *fn_on(PyObject *self, PyObject *args) {
+    /* on(cuptiSubscribe, cuptiEnableCallback, handle) -> (subscribe error, handle, enable error):
+     * subscribes this module's callback when handle is 0, makes every thread's call state stale,
+     * then enables every id; a region's whole entry into CUPTI in one call (ctypes calls and
+     * their argument objects were most of it on a cold host) */
+    unsigned long long sub_fn, enable_fn, handle;
+    int sub_rc = 0, enable_rc = 0;
+    if (!PyArg_ParseTuple(args, "KKK", &sub_fn, &enable_fn, &handle)) return NULL;
+    void *h = (void *)(uintptr_t)handle;
+    generation++; /* under the GIL, as every other writer; nothing of ours fires before enabling */
+    Py_BEGIN_ALLOW_THREADS
+    if (!h) sub_rc = ((SubscribeFn)(uintptr_t)sub_fn)(&h, (void *)callback, NULL);
+    if (!sub_rc) enable_rc = switch_all((EnableFn)(uintptr_t)enable_fn, h, 1);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(iKi)", sub_rc, sub_rc ? 0ULL : (unsigned long long)(uintptr_t)h, enable_rc);
+}
+
+static PyObject *fn_off(PyObject *self, PyObject *args) {
+    /* off(cuptiEnableCallback, cuptiUnsubscribe or 0, handle) -> first error: every id disabled
+     * (before unsubscribing: unsubscribing with callbacks on crashed a syncing thread), then
+     * unsubscribed unless the unsubscribe address is 0 (the hub parks) */
+    unsigned long long enable_fn, unsub_fn, handle;
+    int rc;
+    if (!PyArg_ParseTuple(args, "KKK", &enable_fn, &unsub_fn, &handle)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = switch_all((EnableFn)(uintptr_t)enable_fn, (void *)(uintptr_t)handle, 0);
+    if (unsub_fn) {
+        int urc = ((UnsubscribeFn)(uintptr_t)unsub_fn)((void *)(uintptr_t)handle);
+        if (!rc) rc = urc;
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
 }
 
 static PyObject *fn_address(PyObject *self, PyObject *noargs) {
@@ -691,6 +746,10 @@ static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))fn_configure, METH_VARARGS | METH_KEYWORDS,
      "Set the callback table and the Python objects the callback reads."},
     {"switch", fn_switch, METH_VARARGS, "switch(cuptiEnableCallback address, handle, on) -> first error"},
+    {"on", fn_on, METH_VARARGS,
+     "on(cuptiSubscribe, cuptiEnableCallback, handle or 0) -> (subscribe error, handle, enable error)"},
+    {"off", fn_off, METH_VARARGS,
+     "off(cuptiEnableCallback, cuptiUnsubscribe or 0, handle) -> first error"},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},

@@ -275,12 +275,16 @@ class BackwardOwners:
         self.active: dict[int, tuple] = {}  # caller thread id -> (regions, allows, site, name)
         self.ambiguous = 0
         self._saved = None
+        self._variable = None  # torch's Variable class, imported once
 
     def install(self) -> None:
-        try:
-            from torch.autograd.variable import Variable
-        except ImportError:
-            return
+        Variable = self._variable
+        if Variable is None:
+            try:
+                from torch.autograd.variable import Variable
+            except ImportError:
+                return
+            self._variable = Variable
         engine = Variable.__dict__.get("_execution_engine")
         if engine is None or isinstance(engine, _EngineProxy):
             return
