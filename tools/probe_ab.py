@@ -86,5 +86,6 @@ for name, work in (("transformer training step", step), ("100 merges", merges),
                             "exit_ms": round(statistics.median(leave), 3)}
     print(f"{a.label}: {name}: x{out['results'][name]['ratio']} [{q1:.3f}, {q3:.3f}] "
           f"enter {statistics.median(enter):.3f} ms exit {statistics.median(leave):.3f} ms", flush=True)
+out["callback"] = HUB.callback  # known once a region has loaded CUPTI
 with open(a.out, "w") as f:
     json.dump(out, f, indent=1)
