@@ -147,7 +147,7 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
     obs.append(CudaCall("cudaDeviceSynchronize", "sync", "device_sync", None, False, (copies,), None,
                         site, "run", "MainThread", (), 5.0))
     with _fake_cudart(1):
-        run = lambda: combine(obs, hostmem.pointer_kinds(obs, fast))  # noqa: E731
+        run = lambda: combine(obs, hostmem.pointer_kinds(fast))  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
         return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
 
@@ -173,7 +173,7 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
     region = Region(("cuda",))
 
     def run():
-        events, _ = combine(obs, hostmem.pointer_kinds(obs, fast))
+        events, _ = combine(obs, hostmem.pointer_kinds(fast))
         region.report.syncs.clear()
         region._judge(events)
         return events

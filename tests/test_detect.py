@@ -570,6 +570,19 @@ def test_combine_kinds(obs, facts, expected, how):
 
 
 @pytest.mark.parametrize("how", ["records", "pointers"])
+def test_combine_passes_over_other_detectors_observations(how):
+    """A region's observation list holds every detector's (sync-debug mode's while a profiler has
+    CUPTI); combine reads only the cuda detector's, in one pass: a debug observation between a
+    copy and its stream sync neither breaks the pair nor becomes an event here."""
+    debug = routing.Observation(source="debug", site=Site("f.py", 1, "f"), thread="MainThread",
+                                kind="stream_sync")
+    obs = [_obs("cudaMemcpyAsync", "copy", "h2d", True), debug,
+           _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2, src=None, dst=None)]
+    events, _ = combine(obs, _memory(how, "h2d pageable"))
+    assert [e.kind for e, _, _ in events] == ["blocking_copy_h2d"]
+
+
+@pytest.mark.parametrize("how", ["records", "pointers"])
 def test_copy_with_unknown_host_memory_is_noted_not_guessed(how):
     events, notes = combine([_obs("cudaMemcpyAsync", "copy", "h2d", True)], _memory(how, "nothing"))
     assert events == [] and "pageable or pinned is unknown" in notes[0]

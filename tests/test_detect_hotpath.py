@@ -249,7 +249,9 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
         cudaPointerGetAttributes, cudaGetLastError = get_attributes, get_last_error
 
     monkeypatch.setattr(hostmem, "_load_cudart", lambda: FakeCudart)
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    capture_checks = []
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing",
+                        lambda: capture_checks.append(1) or False)
     calls = [CudaCall("cudaMemcpyAsync", "copy", None, d, True, (corr,), 0, src=s, dst=t)
              for corr, d, s, t in ((1, "h2d", 0x1000, 0xd0), (2, "h2d", 0x2000, 0xd0),
                                    (3, "d2h", 0xd0, 0x3000), (4, "h2d", 0x4000, 0xd0),
@@ -260,13 +262,15 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
     fast = None
     if path == "c":
         from syncguard.detectors import _cuptifast as fast
-    got = hostmem.pointer_kinds(calls, fast)
-    # CUPTI memory kinds: 1 pageable, 2 pinned, 3 device, 5 managed; 0x4000's query failed
-    assert got.kinds == {0x1000: 2, 0x2000: 1, 0x3000: 5, 0x9000: 3}
-    assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000, 0x9000] and cleared == [1]
+    got = hostmem.pointer_kinds(fast)
+    assert asked == []  # nothing is asked before a copy needs it
     # what each copy is judged to be, written by hand from the pointers above
     judged = [(d, got.host_kind(c, d) if d in ("h2d", "d2h") else None)
               for c in calls for d in [got.direction(c)]]
+    # CUPTI memory kinds: 1 pageable, 2 pinned, 3 device, 5 managed; 0x4000's query failed
+    assert got.kinds == {0x1000: 2, 0x2000: 1, 0x3000: 5, 0x9000: 3}
+    assert sorted(asked) == [0x1000, 0x2000, 0x3000, 0x4000, 0x9000] and cleared == [1]
+    assert capture_checks == [1]  # asked once, at the first question
     assert judged == [
         ("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "managed"), ("h2d", None),
         ("h2d", "pinned"), ("d2d", None), ("d2h", "pageable"), ("h2d", "pinned"),

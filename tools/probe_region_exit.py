@@ -3,9 +3,11 @@ callbacks off costs each way CUPTI offers.
 
     python tools/probe_region_exit.py
 
-1. A 100-merge region's observations are captured, then each exit step is timed on them alone:
-   ``pointer_kinds`` (the pointer query at exit), ``combine``; warm (back to back) and cold (right
-   after another 100 merges and a device sync, as in a real region's exit).
+1. A 100-merge region's observations are captured, then the exit's judging is timed on them
+   alone: ``combine`` with host memory asked as it goes (``pointer_kinds``: the query at exit),
+   and with it known already; warm (back to back) and cold (right after another 100 merges and a
+   device sync, as in a real region's exit). (Until effc77e ``pointer_kinds`` was a pass of its
+   own, timed apart: ``reports/probes/exit-cf9999a/``.)
 2. Switching every callback off before ``cuptiUnsubscribe`` (which keeps a syncing thread from
    crashing: reports/probes/cupti-threads-2.11.0/): one ``cuptiEnableCallback(0)`` per id (the
    detector's way, in one C loop), ``cuptiEnableDomain(0)`` for the runtime and driver domains, or
@@ -21,7 +23,6 @@ import time
 import torch
 
 import syncguard
-import syncguard.detectors.cuda as cuda_mod
 from syncguard.detectors import cupti as C
 from syncguard.detectors import hostmem
 from syncguard.detectors.cuda import HUB, combine
@@ -37,21 +38,12 @@ def merges():
     torch.cuda.synchronize()
 
 
-captured = {}
-original = cuda_mod.pointer_kinds
-
-
-def grab(obs, fast=None):
-    captured["obs"] = list(obs)
-    return original(obs, fast)
-
-
-cuda_mod.pointer_kinds = grab
 for _ in range(3):
-    with syncguard.audit(("cuda",)):
-        merges()
-cuda_mod.pointer_kinds = original
-obs = captured["obs"]
+    region = syncguard.audit(("cuda",))
+    region.__enter__()
+    merges()
+    region.__exit__(None, None, None)
+obs = [o for o in region.observations if o.source == "cuda"]
 print(f"{len(obs)} observations; {HUB.callback}; "
       f"{len({o.src for o in obs if o.role == 'copy'})} distinct host pointer(s)")
 
@@ -77,9 +69,11 @@ def cold(name, fn, before=merges, reps=21):
     print(f"{name}, cold (after 100 merges and a sync): median {statistics.median(vals):.1f} us")
 
 
-memory = hostmem.pointer_kinds(obs, HUB.fast)
-for name, fn in (("pointer_kinds(obs)", lambda: hostmem.pointer_kinds(obs, HUB.fast)),
-                 ("combine(obs)", lambda: combine(obs, memory))):
+memory = hostmem.pointer_kinds(HUB.fast)
+combine(obs, memory)  # asks the pinned block once; later passes read it
+for name, fn in (("combine(obs) with the pointer asked (hostmem.pointer_kinds)",
+                  lambda: combine(obs, hostmem.pointer_kinds(HUB.fast))),
+                 ("combine(obs), the pointer known", lambda: combine(obs, memory))):
     warm(name, fn)
     cold(name, fn)
 

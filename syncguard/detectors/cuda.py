@@ -376,12 +376,11 @@ class Cuda:
         self.hub.release(region)
 
     def finish(self, region, found: list) -> list:
-        obs = [o for o in region.observations if o.source == "cuda"]
         if self.hub.hostmem == "pointer":
-            memory = pointer_kinds(obs, self.hub.fast)
+            memory = pointer_kinds(self.hub.fast)
         else:
             memory = ByCorrelation(region.state.get("cuda_records", {}))
-        events, notes = combine(obs, memory)
+        events, notes = combine(region.observations, memory)
         region.report.notes.extend(notes)
         if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
@@ -396,7 +395,9 @@ def _event(o, api, kind, detectors=("cuda",), blocked=None) -> SyncEvent:
 
 
 def combine(obs, memory) -> tuple[list, list[str]]:
-    """Turn one region's cuda observations (in call order) into events.
+    """Turn one region's cuda observations (in call order) into events; other detectors'
+    observations in ``obs`` are passed over (one pass: each is touched once, at exit, with
+    caches cold).
 
     A copy and the stream sync that follows it from the same line on the same stream are one
     blocking copy; an async copy with nothing after it waits only if its host memory is pageable
@@ -420,6 +421,8 @@ def combine(obs, memory) -> tuple[list, list[str]]:
         return host is None
 
     for o in obs:
+        if o.source != "cuda":
+            continue
         if o.role == COPY:
             if pending is not None:
                 # the usual case, copy after pinned copy (100 merges), without a nested call

@@ -164,20 +164,43 @@ class ByCorrelation:
 class ByPointer:
     """What the runtime says of the pointers a region's copies used: pointer -> CUPTI memory
     kind (a failed query leaves its pointer out). A region's copies reuse few pointers (100
-    merges: one pinned block), so the copies are judged by pointer, not one by one."""
+    merges: one pinned block), so the copies are judged by pointer, not one by one.
 
-    def __init__(self, kinds: dict) -> None:
-        self.kinds = kinds
-        self._names = {p: C.MEMORY_KIND.get(k) for p, k in kinds.items()}
+    ``ask(pointers) -> {pointer: kind}``: asks the runtime for a pointer the first time a copy
+    needs it, once per pointer, so the region's exit makes one pass over its copies (combine's);
+    a pass of its own to collect the pointers first cost ~0.08 ms of a 100-merge region's exit
+    on the H200's host, with caches cold (reports/probes/query-order-4528237/). Without ``ask``
+    only ``kinds`` is known."""
+
+    def __init__(self, kinds: dict | None = None, ask=None) -> None:
+        self.kinds = dict(kinds or {})
+        self._names = {p: C.MEMORY_KIND.get(k) for p, k in self.kinds.items()}
+        self._ask = ask
+
+    def _learn(self, ptr) -> str | None:
+        """Ask for ``ptr`` (not asked before); its name, None when nothing says."""
+        if self._ask is not None and ptr:
+            self.kinds.update(self._ask([ptr]))
+        name = self._names[ptr] = C.MEMORY_KIND.get(self.kinds.get(ptr))
+        return name
 
     def host_kind(self, call, direction: str) -> str | None:
-        return self._names.get(call.src if direction == _H2D else call.dst)
+        ptr = call.src if direction == _H2D else call.dst
+        try:
+            return self._names[ptr]
+        except KeyError:
+            return self._learn(ptr)
 
     def direction(self, call) -> str | None:
         """The call's own direction, else which side of it is host memory (cudaMemcpyDefault,
         the driver's unified cuMemcpy)."""
         if call.direction:
             return call.direction
+        if not (call.src and call.dst):
+            return None
+        for ptr in (call.src, call.dst):
+            if ptr not in self._names:
+                self._learn(ptr)
         src, dst = self.kinds.get(call.src), self.kinds.get(call.dst)
         if src is None or dst is None:
             return None
@@ -185,47 +208,43 @@ class ByPointer:
         return ("h2h" if to_host else _H2D) if from_host else (_D2H if to_host else "d2d")
 
 
-def pointer_kinds(obs, fast=None) -> ByPointer:
-    """The memory kinds of the pointers that two kinds of copy need, asked of the runtime now (the
-    region is exiting; no callback is running):
+def pointer_kinds(fast=None) -> ByPointer:
+    """The memory kinds of the pointers that two kinds of copy need, asked of the runtime when a
+    copy first needs one, as the region exits (no callback is running then), on its thread:
 
     * an async host<->device copy: is its host memory pageable or pinned;
     * a copy whose call does not say its direction (``cudaMemcpyDefault``, the driver's unified
       ``cuMemcpy``): which side is the host's, and its memory.
 
-    ``fast``: the C callback's module, which asks for every pointer in one call (per pointer
-    through ctypes this was ~1 us on the H200's host)."""
-    # one set of pointers from the region's calls (a 100-merge region keeps 100 copies and one
-    # pinned block): a record built per copy was this step's whole cost, 0.096 ms per 100-merge
-    # region on the H200's host (reports/probes/c-fast-af41981/overhead-2.11.0.md), 0.033 ms
-    # after (reports/probes/exit-cf9999a/region-exit.log)
-    ptrs = {o.src if o.direction == _H2D else o.dst for o in obs
-            if o.is_async and (o.direction == _H2D or o.direction == _D2H)}
-    ptrs.update([p for o in obs if o.direction is None and o.role == COPY and o.src and o.dst
-                 for p in (o.src, o.dst)])
-    ptrs.discard(None)
-    ptrs.discard(0)
-    if not ptrs:
-        return ByPointer({})
-    try:
-        import torch
+    Nothing is asked while the thread's current stream captures a graph (checked once, at the
+    first question). ``fast``: the C callback's module, which asks without a ctypes call per
+    pointer (~1 us each on the H200's host)."""
+    state: dict = {}
 
-        if torch.cuda.is_current_stream_capturing():
-            return ByPointer({})
-        lib = _load_cudart()
-    except Exception:
-        return ByPointer({})
-    ptrs = list(ptrs)
-    if fast is not None:
-        types = fast.pointer_types(*_addresses(lib), ptrs)
-    else:
-        types = []
-        for ptr in ptrs:
-            attr = _PointerAttributes()
-            if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
-                lib.cudaGetLastError()  # leave no error behind for torch's next launch check
-                types.append(-1)
-            else:
-                types.append(attr.type)
-    # a failed query (-1) says nothing
-    return ByPointer({p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0})
+    def ask(ptrs) -> dict:
+        if "lib" not in state:
+            try:
+                import torch
+
+                capturing = torch.cuda.is_current_stream_capturing()
+                state["lib"] = None if capturing else _load_cudart()
+            except Exception:
+                state["lib"] = None
+        lib = state["lib"]
+        if lib is None:
+            return {}
+        if fast is not None:
+            types = fast.pointer_types(*_addresses(lib), ptrs)
+        else:
+            types = []
+            for ptr in ptrs:
+                attr = _PointerAttributes()
+                if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
+                    lib.cudaGetLastError()  # leave no error behind for torch's next launch check
+                    types.append(-1)
+                else:
+                    types.append(attr.type)
+        # a failed query (-1) says nothing
+        return {p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0}
+
+    return ByPointer(ask=ask)
