@@ -398,6 +398,23 @@ def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubsc
     assert set(lib.enabled.values()) == {0} and ap._prepare_profiler is before
 
 
+def test_a_failure_after_subscribing_gives_the_subscription_back():
+    """Fake libcupti whose cuptiEnableCallback raises (as a ctypes argument error would) after
+    cuptiSubscribe succeeded: the region gets a one-line reason and CUPTI is not left held."""
+    hub = FakeHub()
+    lib = hub.lib.lib
+
+    def enable(*args):
+        lib.calls.append("cuptiEnableCallback")
+        raise ctypes.ArgumentError("argument 2: wrong type")
+
+    lib.cuptiEnableCallback = enable
+    with pytest.raises(detectors.DetectorUnavailable, match="wrong type"):
+        hub.acquire(FakeRegion())
+    assert hub.users == 0 and not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
+    assert not hub.handle.value
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_subscribe_failure_is_a_clear_unavailable_reason(path):
     hub = FakeHub(subscribe_error=39, path=path)

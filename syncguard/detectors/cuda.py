@@ -50,7 +50,76 @@ from .cudacalls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPat
 from .hostmem import ActivityRecords, ByCorrelation, pointer_kinds
 
 
-class CuptiHub(CallPath):
+class CuptiCalls:
+    """How the hub talks to libcupti: subscribe and switch every callback id on, switch them off
+    and unsubscribe. Through the C module, one call each way, where it can call CUPTI itself
+    (a real library's entry points); else through ctypes (a fake library in the CPU tests, or
+    the Python callback). Needs the hub's ``lib``, ``table``, ``handle``, ``fast``, ``_cb``,
+    ``_cb_fast``, ``_c_addr`` and ``activity``."""
+
+    def _c_entry(self) -> tuple[int, int, int] | None:
+        """cuptiSubscribe's, cuptiEnableCallback's and cuptiUnsubscribe's addresses when the C
+        module is configured and can call them itself, else None."""
+        if self.fast is None:
+            return None
+        if self._c_addr is None:
+            lib = self.lib.lib
+            fns = (lib.cuptiSubscribe, lib.cuptiEnableCallback, lib.cuptiUnsubscribe)
+            if not all(isinstance(f, ctypes._CFuncPtr) for f in fns):
+                return None
+            self._c_addr = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+        return self._c_addr
+
+    def _on(self, fresh: bool) -> int:
+        """Subscribe (``fresh``) and switch every id on; CUPTI's result code."""
+        c = self._c_entry()
+        if c is not None:  # one call into C, which also makes every thread's call state stale
+            code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
+            if code == C.SUCCESS:
+                self.handle.value = handle
+            return code
+        if fresh:
+            cb = self._cb if self.fast is None else self._cb_fast
+            code = self.lib.lib.cuptiSubscribe(ctypes.byref(self.handle), cb, None)
+            if code != C.SUCCESS:
+                return code
+        try:
+            if self.fast is not None:
+                self.fast.new_generation()
+            self._switch(1)
+        except BaseException:
+            if fresh:  # subscribed before it failed: given back
+                self._off(unsubscribe=True)
+                self.handle = ctypes.c_void_p()
+            raise
+        return C.SUCCESS
+
+    def _switch(self, on: int) -> None:
+        c = self._c_entry()
+        if c is not None:  # one call into C for every id (each ctypes call cost ~3 us on the H200's host)
+            self.fast.switch(c[1], self.handle.value or 0, on)
+            return
+        enable = self.lib.lib.cuptiEnableCallback
+        for domain, cbid in self.table:
+            enable(on, self.handle, domain, cbid)
+
+    def _off(self, unsubscribe: bool, switch: bool = True) -> None:
+        """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
+        in that order, since unsubscribing with callbacks on crashed a syncing thread."""
+        c = self._c_entry()
+        if c is not None and switch:
+            self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
+        else:
+            try:
+                if switch:
+                    self._switch(0)
+            finally:  # given back even if switching off failed
+                if unsubscribe:
+                    self.lib.lib.cuptiUnsubscribe(self.handle)
+        self.activity.disable()
+
+
+class CuptiHub(CallPath, CuptiCalls):
     """The process's CUPTI subscription, held while any cuda region is open."""
 
     def __init__(self) -> None:
@@ -74,7 +143,7 @@ class CuptiHub(CallPath):
         #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
         self.fast = None
         self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
-        self._c_addr = None  # see _c_entry
+        self._c_addr = None  # see CuptiCalls._c_entry
         self._profiler_wrappers: dict = {}  # torch's profiler start -> its wrapper, built once
         self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
@@ -133,16 +202,10 @@ class CuptiHub(CallPath):
     def _subscribe(self) -> None:
         fresh = not self.subscribed
         self.generation += 1  # per-thread call depth from before a park is stale
-        c = self._c_entry()
-        if c is not None:  # subscribe (when fresh) and enable every id in one call into C
-            code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
-            if code == C.SUCCESS:
-                self.handle.value = handle
-        elif fresh:
-            cb = self._cb if self.fast is None else self._cb_fast
-            code = self.lib.lib.cuptiSubscribe(ctypes.byref(self.handle), cb, None)
-        else:
-            code = C.SUCCESS
+        try:
+            code = self._on(fresh)
+        except BaseException as e:
+            raise DetectorUnavailable(str(e)) from None
         if code != C.SUCCESS:
             raise DetectorUnavailable(
                 f"cuptiSubscribe failed: {self.lib.error_name(code)} (another CUPTI client, such as "
@@ -151,52 +214,12 @@ class CuptiHub(CallPath):
         try:
             if fresh:
                 self._saved_profiler = wrap_profiler_start(self.hand_over, self._profiler_wrappers)
-            if c is None:
-                if self.fast is not None:
-                    self.fast.new_generation()
-                self._switch(1)
             if self.hostmem == "activity":
                 self.activity.enable(self.lib)
             self.backward.install()
         except BaseException as e:
             self._unsubscribe()
             raise DetectorUnavailable(str(e)) from None
-
-    def _c_entry(self) -> tuple[int, int, int] | None:
-        """cuptiSubscribe's, cuptiEnableCallback's and cuptiUnsubscribe's addresses when the C
-        module is configured and can call them itself (a region's entry and exit into CUPTI is
-        then one call each), else None."""
-        if self.fast is None:
-            return None
-        if self._c_addr is None:
-            lib = self.lib.lib
-            fns = (lib.cuptiSubscribe, lib.cuptiEnableCallback, lib.cuptiUnsubscribe)
-            if not all(isinstance(f, ctypes._CFuncPtr) for f in fns):
-                return None
-            self._c_addr = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
-        return self._c_addr
-
-    def _switch(self, on: int) -> None:
-        c = self._c_entry()
-        if c is not None:  # one call into C for every id (each ctypes call cost ~3 us on the H200's host)
-            self.fast.switch(c[1], self.handle.value or 0, on)
-            return
-        enable = self.lib.lib.cuptiEnableCallback
-        for domain, cbid in self.table:
-            enable(on, self.handle, domain, cbid)
-
-    def _off(self, unsubscribe: bool, switch: bool = True) -> None:
-        """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
-        in that order, since unsubscribing with callbacks on crashed a syncing thread."""
-        c = self._c_entry()
-        if c is not None and switch:
-            self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
-        else:
-            if switch:
-                self._switch(0)
-            if unsubscribe:
-                self.lib.lib.cuptiUnsubscribe(self.handle)
-        self.activity.disable()
 
     def _park(self) -> None:
         self.backward.restore()
