@@ -112,7 +112,8 @@ class Region:
         # an open predicting() block (pytest --syncguard-predict) every region predicts: the
         # tensors there are stand-ins that no GPU detector could see.
         predict = predict or _inside_prediction()
-        parsed, self.fail_on_phases = _parsed(detectors, fail_on_phases)
+        # (predicting, the detectors asked for are not parsed: none of them runs)
+        parsed, self.fail_on_phases = _parsed(DETECTORS if predict else detectors, fail_on_phases)
         self.detectors = ("predict",) if predict else parsed
         self.races = bool(races) and not predict
         self.raise_on_exit = raise_on_exit
@@ -266,6 +267,7 @@ class Region:
                     ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
             else:
                 self.report.syncs.append(ev)
+
 
 _PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed: one region per test or step
 

@@ -472,3 +472,16 @@ def test_an_event_built_at_a_site_is_the_same_event(fields):
     assert fast.to_dict() == slow.to_dict() and list(vars(fast)) == list(vars(slow))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.kind = "x"
+
+
+def test_region_arguments_parse_the_same_each_time_however_given():
+    """A region's parsed arguments are remembered (a region per test or training step): a bad
+    value still raises every time, and unhashable (list) values parse as tuples do."""
+    for _ in range(2):
+        with pytest.raises(ValueError, match="unknown detector"):
+            syncguard.audit("bogus")
+        with pytest.raises(ValueError, match="unknown phase"):
+            syncguard.audit("fake", fail_on_phases="warmup")
+    assert syncguard.audit(["fake", "fake"]).detectors == syncguard.audit(("fake",)).detectors == ("fake",)
+    assert syncguard.audit("fake", fail_on_phases=["compile"]).fail_on_phases == ("compile",)
+    assert syncguard.audit("bogus", predict=True).detectors == ("predict",)  # not parsed: not run
