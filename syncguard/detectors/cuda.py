@@ -90,7 +90,7 @@ class CuptiCalls:
         except BaseException:
             if fresh:  # subscribed before it failed: given back
                 self._off(unsubscribe=True)
-                self.handle = ctypes.c_void_p()
+                self.handle.value = None
             raise
         return C.SUCCESS
 
