@@ -705,8 +705,9 @@ typedef int (*GetLastErrorFn)(void);
 
 static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
     /* cudaPointerGetAttributes(&a, p).type for each pointer, -1 where it failed (the error is
-     * then cleared with cudaGetLastError, as hostmem.pointer_kinds does): one call into C for
-     * a region's copies instead of one ctypes call each, with the GIL released around them */
+     * then cleared with cudaGetLastError, as hostmem.pointer_kinds does), without a ctypes call
+     * per pointer, with the GIL released around them (pointer_kinds asks one pointer at a time,
+     * the first time a copy needs it) */
     unsigned long long attr_fn, last_error_fn;
     PyObject *seq;
     if (!PyArg_ParseTuple(args, "KKO", &attr_fn, &last_error_fn, &seq)) return NULL;

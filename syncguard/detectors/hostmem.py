@@ -166,8 +166,8 @@ class ByPointer:
     kind (a failed query leaves its pointer out). A region's copies reuse few pointers (100
     merges: one pinned block), so the copies are judged by pointer, not one by one.
 
-    ``ask(pointers) -> {pointer: kind}``: asks the runtime for a pointer the first time a copy
-    needs it, once per pointer, so the region's exit makes one pass over its copies (combine's);
+    ``ask(pointer) -> kind or None``: asks the runtime for a pointer the first time a copy needs
+    it, once per pointer, so the region's exit makes one pass over its copies (combine's);
     a pass of its own to collect the pointers first cost ~0.08 ms of a 100-merge region's exit
     on the H200's host, with caches cold (reports/probes/query-order-4528237/). Without ``ask``
     only ``kinds`` is known."""
@@ -180,7 +180,9 @@ class ByPointer:
     def _learn(self, ptr) -> str | None:
         """Ask for ``ptr`` (not asked before); its name, None when nothing says."""
         if self._ask is not None and ptr:
-            self.kinds.update(self._ask([ptr]))
+            kind = self._ask(ptr)
+            if kind is not None:
+                self.kinds[ptr] = kind
         name = self._names[ptr] = C.MEMORY_KIND.get(self.kinds.get(ptr))
         return name
 
@@ -221,7 +223,7 @@ def pointer_kinds(fast=None) -> ByPointer:
     pointer (~1 us each on the H200's host)."""
     state: dict = {}
 
-    def ask(ptrs) -> dict:
+    def ask(ptr) -> int | None:
         if "lib" not in state:
             try:
                 import torch
@@ -232,19 +234,16 @@ def pointer_kinds(fast=None) -> ByPointer:
                 state["lib"] = None
         lib = state["lib"]
         if lib is None:
-            return {}
+            return None
         if fast is not None:
-            types = fast.pointer_types(*_addresses(lib), ptrs)
+            (mem_type,) = fast.pointer_types(*_addresses(lib), (ptr,))
         else:
-            types = []
-            for ptr in ptrs:
-                attr = _PointerAttributes()
-                if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
-                    lib.cudaGetLastError()  # leave no error behind for torch's next launch check
-                    types.append(-1)
-                else:
-                    types.append(attr.type)
-        # a failed query (-1) says nothing
-        return {p: _KIND_OF_TYPE.get(t, 0) for p, t in zip(ptrs, types) if t >= 0}
+            attr = _PointerAttributes()
+            if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
+                lib.cudaGetLastError()  # leave no error behind for torch's next launch check
+                mem_type = -1
+            else:
+                mem_type = attr.type
+        return _KIND_OF_TYPE.get(mem_type, 0) if mem_type >= 0 else None  # -1: failed, says nothing
 
     return ByPointer(ask=ask)
