@@ -7,13 +7,18 @@ calls of the sync-free merge ``emb[cpu_mask] = rows``, and a training step of a 
 TransformerEncoder (d=512) with AdamW on a batch of 8x128. Each configuration is timed in
 interleaved rounds (wall clock around the loop, CUDA synchronised before and after, the region
 opened and closed inside the timing; ``enter_ms``/``exit_ms`` say how much of it that was) and
-reported as the median over rounds. Each round starts one configuration later than the one
-before (round r runs them in the order r, r+1, ...), so every configuration takes every position
-in a round equally often: a position's own cost (the first loop after the previous round's last
-configuration, say) lands on no configuration in particular. The ratio to bare (``ratio``) is the median over rounds of
-the configuration's time over the bare loop's time in the same round (adjacent in time, so slow
+reported as the median over rounds. The rounds follow a Williams design (:mod:`bench.design`):
+over one cycle of its rows, every configuration runs at every position, and right after every
+other configuration, equally often, so neither a position's cost nor what one configuration
+leaves behind for the next lands on one configuration in particular. (Up to the matrix at 0a2bca4 each
+round ran one cycle started one later: positions were balanced, predecessors were not, and bare always
+followed the fallback.) ``--rounds`` is rounded up to whole cycles. ``bare (A/A control)`` is
+the bare loop again, as a configuration of its own: its ratio to bare is what the design and
+the host's noise alone give. The ratio to bare (``ratio``) is the median over rounds of the
+configuration's time over the bare loop's time in the same round (adjacent in time, so slow
 drift of the shared host's load cancels), with its quartiles; beside it, the ratio of the two
-medians and of the two best rounds (timeit's convention: noise only adds time).
+medians and of the two best rounds (timeit's convention: noise only adds time). The JSON keeps
+every round's times and order (``rounds_ms``, ``round_orders``).
 
 Order matters: once torch.profiler has run in a process, CUPTI cannot be subscribed again (one
 subscriber per process), so every cuda-detector configuration is timed before any profiler one.
@@ -55,6 +60,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import syncguard  # noqa: E402
+from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, tiny_kernels, train_step  # noqa: E402
 
 
@@ -77,13 +83,6 @@ def prof(acts, stack):
         with profile(activities=acts, with_stack=stack):
             yield
     return cm
-
-
-def rotated(configs: dict, r: int) -> list:
-    """The (name, configuration) pairs of round ``r``: the same cycle, started at ``r``."""
-    items = list(configs.items())
-    k = r % len(items)
-    return items[k:] + items[:k]
 
 
 def timed(work, cm, st):
@@ -299,6 +298,20 @@ def cprofile_merges(st, out: str) -> None:
     print(buf.getvalue()[:4000])
 
 
+def after_each(times: dict, orders: list, name: str) -> dict:
+    """``name``'s median ms grouped by the configuration that ran just before it in its round (the
+    first of a round is left out): what one configuration leaves behind for the next shows here.
+    ``times``: configuration -> seconds per round (both phases); ``orders``: each round's order."""
+    by: dict = collections.defaultdict(list)
+    runs = iter(times[name])  # one per round that ran `name`, in order
+    for order in orders:
+        if name in order:
+            t, i = next(runs), order.index(name)
+            if i:
+                by[order[i - 1]].append(t)
+    return {k: round(statistics.median(v) * 1e3, 3) for k, v in sorted(by.items())}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -317,6 +330,7 @@ def main():
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
     before = {
         "bare": bare,
+        "bare (A/A control)": bare,
         "cupti: subscribed, no id enabled": cupti_raw("c", "none"),
         "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
         "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
@@ -343,7 +357,9 @@ def main():
     results = {w: {} for w, _ in workloads}
     calls = {}
     exits = {}
-    profiler_rounds = a.profiler_rounds or a.rounds
+    a.rounds = whole_cycles(a.rounds, len(before))
+    profiler_rounds = whole_cycles(a.profiler_rounds or a.rounds, len(after))
+    orders: dict = {}  # workload -> the configurations' order, round by round (both phases)
     for configs, rounds in ((before, a.rounds), (after, profiler_rounds)):
         for wname, work in workloads:
             if configs is before:
@@ -353,7 +369,9 @@ def main():
                 timed(work, cm, st)
             times = {k: [] for k in configs}
             for r in range(rounds):
-                for k, cm in rotated(configs, r):
+                order = round_order(configs, r)
+                orders.setdefault(wname, []).append([k for k, _ in order])
+                for k, cm in order:
                     times[k].append(timed(work, cm, st))
             results[wname].update(times)
             base = statistics.median(times[next(iter(configs))])
@@ -399,17 +417,24 @@ def main():
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
            "callback": HUB.callback,
            "gpu": torch.cuda.get_device_name(0), "rounds": a.rounds,
-           "profiler_rounds": profiler_rounds, "order": "rotated per round",
+           "profiler_rounds": profiler_rounds,
+           "order": "Williams design (bench/design.py): positions and predecessors balanced per cycle",
            "results": table,
-           "calls_per_workload_call": calls}
+           "bare_after_ms": {w: after_each(results[w], orders[w], "bare") for w in results},
+           "calls_per_workload_call": calls,
+           "rounds_ms": {w: {k: [round(x * 1e3, 4) for x in v] for k, v in t.items()}
+                         for w, t in results.items()},
+           "round_orders": orders}
     with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
         json.dump(doc, f, indent=1)
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
           f"interleaved rounds ({doc['profiler_rounds']} for the profiler rows, which are against "
           "`bare (again)`)", "",
-          "Each round runs the configurations in the same cycle, started one later than the round "
-          "before. `× bare, per round`: each configuration's time over the bare loop of the same "
-          "round.", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
+          "Rounds follow a Williams design (`bench/design.py`): per cycle of its rows, each "
+          "configuration runs at each position and right after each other one equally often. "
+          "`× bare, per round`: each configuration's time over the bare loop of the same round. "
+          "`bare (A/A control)` is the bare loop again: its ratio is the design's and the host's "
+          "alone.", "", f"`audit(cuda)` rows without a named callback: {HUB.callback}.", ""]
     for wname, rows in table.items():
         md += [f"## {wname}", "", "| configuration | median ms | × bare, per round: median "
                "[quartiles] | × bare (medians) | best ms | × bare (bests) | spread (max-min) ms "
@@ -420,6 +445,9 @@ def main():
                f"| {v['ratio_of_medians']} | {v['best_ms']} | {v['ratio_best']} "
                f"| {v['spread_ms']} | {v.get('enter_ms', '')} | {v.get('exit_ms', '')} "
                f"| {v.get('ratio_inside', '')} |" for k, v in rows.items()]
+        md += ["", "The bare loop's median ms by the configuration just before it in the round "
+               "(carry-over; a round's first run is left out): " + "; ".join(
+                   f"{k} {v}" for k, v in doc["bare_after_ms"][wname].items())]
         c = calls[wname]
         md += ["", "CUDA APIs one call made (whole runtime+driver domains, untimed): "
                + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),
