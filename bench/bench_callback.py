@@ -135,10 +135,10 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
     """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
     sync-free merges leave them: one pinned host block) and a final device sync: the
     pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
-    pairing."""
+    pairing, as the detector's exit runs them (``combine_by_pointer``: with the C module, the
+    pinned copies no sync pairs are left out in C first)."""
     from syncguard.attribution import Site
-    from syncguard.detectors import hostmem
-    from syncguard.detectors.cuda import combine
+    from syncguard.detectors.cuda import combine_by_pointer
     from syncguard.detectors.cudacalls import CudaCall
 
     site = Site("user.py", 3, "f", ("user.py:3 in f",))
@@ -147,7 +147,7 @@ def _exit_per_copy(fast, copies: int = 100) -> float:
     obs.append(CudaCall("cudaDeviceSynchronize", "sync", "device_sync", None, False, (copies,), None,
                         site, "run", "MainThread", (), 5.0))
     with _fake_cudart(1):
-        run = lambda: combine(obs, hostmem.pointer_kinds(fast))  # noqa: E731
+        run = lambda: combine_by_pointer(obs, fast)  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
         return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
 
@@ -158,8 +158,7 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
     is one blocking copy, one event): the pointer query (a fake libcudart: pageable), the pairing
     and the event each pair becomes, and the region's judgement of the events."""
     from syncguard.attribution import Site
-    from syncguard.detectors import hostmem
-    from syncguard.detectors.cuda import combine
+    from syncguard.detectors.cuda import combine_by_pointer
     from syncguard.detectors.cudacalls import CudaCall
     from syncguard.scope import Region
 
@@ -173,7 +172,7 @@ def _exit_per_event(fast, pairs: int = 100) -> float:
     region = Region(("cuda",))
 
     def run():
-        events, _ = combine(obs, hostmem.pointer_kinds(fast))
+        events, _ = combine_by_pointer(obs, fast)
         region.report.syncs.clear()
         region._judge(events)
         return events

@@ -749,3 +749,63 @@ def test_named_counts_turn_callback_counts_into_calls_per_api():
     lib = types.SimpleNamespace(callback_name=lambda d, i: names.get((d, i)))
     got = named_counts(lib, {2 * 100000 + 41: 200, 1 * 100000 + 300: 200, 1 * 100000 + 7: 2})
     assert got == {"drv cbid 7": 1, "drv cuMemcpyHtoDAsync_v2": 100, "rt cudaMemcpyAsync_v3020": 100}
+
+
+# -- _cuptifast.drop_pinned: the copies combine() would pass over, skipped in C -----------------
+_PTRS = {0x7000: 1, 0x7100: 2, 0xd000: 3, 0xd100: 2}  # pointer -> memory kind (1 pageable, 2 pinned, 3 device)
+
+
+def _any_obs():
+    from hypothesis import strategies as st
+
+    copies = st.builds(
+        lambda api, d, a, line, stream, src, dst: _obs(api, "copy", d, a, line=line, stream=stream,
+                                                        src=src, dst=dst),
+        st.sampled_from(["cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cudaMemcpy"]),
+        st.sampled_from(["h2d", "d2h", "d2d", "h2h", None]), st.booleans(), st.integers(1, 2),
+        st.sampled_from([0, 7]), st.sampled_from([*_PTRS, 0x9999, None]),
+        st.sampled_from([*_PTRS, 0x9999, None]))
+    syncs = st.builds(lambda line, stream: _obs("cudaStreamSynchronize", "sync", kind="stream_sync",
+                                                line=line, stream=stream, src=None, dst=None),
+                      st.integers(1, 2), st.sampled_from([0, 7, None]))
+    frees = st.builds(lambda line: _obs("cudaFree", "free", kind="implicit_free", line=line),
+                      st.integers(1, 2))
+    debug = st.just(routing.Observation(source="debug", site=Site("f.py", 1, "f"),
+                                        thread="MainThread", kind="stream_sync"))
+    return st.lists(st.one_of(copies, copies, syncs, frees, debug), max_size=12)
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_drop_pinned_changes_nothing_combine_reports():
+    """Random observation sequences (hand-built calls, no GPU): combine() over what drop_pinned
+    keeps gives the same events and notes as over everything, and only pinned async host<->device
+    copies followed by a copy are dropped. Expected values come from combine's own Python rules."""
+    from hypothesis import given, settings
+
+    hub = FakeHub(path="c")  # configures the C module with CudaCall
+
+    @settings(max_examples=400, deadline=None)
+    @given(_any_obs())
+    def check(obs):
+        asked: list = []
+        memory = ByPointer(_PTRS)
+        kept = hub.fast.drop_pinned(
+            obs, lambda c, d: asked.append((c.src, c.dst, d)) or memory.host_kind(c, d))
+        assert combine(kept, ByPointer(_PTRS)) == combine(obs, ByPointer(_PTRS))
+        dropped = [o for o in obs if not any(o is k for k in kept)]
+        for o in dropped:
+            i = next(i for i, x in enumerate(obs) if x is o)
+            assert o.role == "copy" and o.is_async and o.direction in ("h2d", "d2h")
+            assert _PTRS.get(o.host_ptr) == 2 and obs[i + 1].role == "copy"
+        assert len({(s, d) if dr == "h2d" else (d, s) for s, d, dr in asked}) <= len(asked)
+        assert [o for o in obs if any(o is k for k in kept)] == kept  # order kept
+
+    check()
+    copy = lambda ptr: _obs("cudaMemcpyAsync", "copy", "h2d", True, src=ptr)  # noqa: E731
+    run = [copy(0x7100) for _ in range(100)] + [copy(0x7000)]
+    calls = []
+    kept = hub.fast.drop_pinned(run, lambda c, d: calls.append(c.src) or ByPointer(_PTRS).host_kind(c, d))
+    assert kept == run[-1:] and calls == [0x7100]  # 100 pinned copies dropped, asked once
+    assert hub.fast.drop_pinned(run[:1], None) is not None
+    with pytest.raises(ZeroDivisionError):
+        hub.fast.drop_pinned(run, lambda c, d: 1 / 0)

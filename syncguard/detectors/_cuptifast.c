@@ -743,6 +743,79 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* drop_pinned(observations, host_kind) -> list: the region's observations without the async
+ * host<->device copies that cannot become an event in detectors.cuda.combine, so that its Python
+ * loop, which runs once per observation with caches cold at region exit, skips them (100 merges:
+ * 100 pinned copies, ~1 us each on the H200's host). Such a copy is one whose next cuda
+ * observation is a copy too (combine pairs an async copy only with the call right after it, and a
+ * copy ends the pairing) and whose host memory host_kind(call, direction) names "pinned" (an
+ * unpaired pinned copy made the host wait for nothing). Anything else is kept, as is every
+ * observation that is not a CudaCall, which also ends a candidate's run (kept: combine decides).
+ * host_kind is ByPointer's (an answer per pointer): it is asked once per pointer here. Returns
+ * the same list when nothing is dropped. */
+#define PIN_CACHE 16
+static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
+    PyObject *given, *host_kind;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &host_kind)) return NULL;
+    if (!call_type || PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
+    /* a copy: host_kind is Python, and nothing it does to the given list may move what we read */
+    PyObject *obs = PyList_GetSlice(given, 0, PY_SSIZE_T_MAX);
+    if (!obs) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, dropped = 0;
+    char *drop = PyMem_Calloc((size_t)n, 1);
+    if (!drop) { Py_DECREF(obs); return PyErr_NoMemory(); }
+    struct { unsigned long long ptr; int pinned; } seen[PIN_CACHE];
+    int nseen = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(obs, i);
+        if (!PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { cand = -1; continue; }
+        PyObject *role = PyTuple_GET_ITEM(o, 1);
+        int is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
+        if (is_copy && cand >= 0) { /* the candidate is not paired: pinned? */
+            PyObject *c = PyList_GET_ITEM(obs, cand), *dir = PyTuple_GET_ITEM(c, 3);
+            int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
+            PyObject *ptr = PyTuple_GET_ITEM(c, h2d ? 13 : 14);
+            unsigned long long key = PyLong_AsUnsignedLongLong(ptr);
+            if (PyErr_Occurred()) goto fail;
+            int pinned = -1;
+            for (int k = 0; k < nseen; k++)
+                if (seen[k].ptr == key) { pinned = seen[k].pinned; break; }
+            if (pinned < 0) {
+                PyObject *name = PyObject_CallFunctionObjArgs(host_kind, c, dir, NULL);
+                if (!name) goto fail;
+                pinned = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "pinned") == 0;
+                Py_DECREF(name);
+                if (nseen < PIN_CACHE) { seen[nseen].ptr = key; seen[nseen].pinned = pinned; nseen++; }
+            }
+            if (pinned) { drop[cand] = 1; dropped++; }
+        }
+        cand = -1;
+        if (is_copy && PyTuple_GET_ITEM(o, 4) == Py_True) {
+            PyObject *dir = PyTuple_GET_ITEM(o, 3);
+            if (PyUnicode_Check(dir)) {
+                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
+                int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
+                if ((h2d || d2h) && PyLong_Check(PyTuple_GET_ITEM(o, h2d ? 13 : 14))) cand = i;
+            }
+        }
+    }
+    PyObject *out;
+    if (!dropped) {
+        out = Py_NewRef(given);
+    } else {
+        out = PyList_New(n - dropped);
+        for (Py_ssize_t i = 0, j = 0; out && i < n; i++)
+            if (!drop[i]) PyList_SET_ITEM(out, j++, Py_NewRef(PyList_GET_ITEM(obs, i)));
+    }
+    PyMem_Free(drop);
+    Py_DECREF(obs);
+    return out;
+fail:
+    PyMem_Free(drop);
+    Py_DECREF(obs);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"configure", (PyCFunction)(void (*)(void))fn_configure, METH_VARARGS | METH_KEYWORDS,
      "Set the callback table and the Python objects the callback reads."},
@@ -755,6 +828,8 @@ static PyMethodDef methods[] = {
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
     {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
+    {"drop_pinned", fn_drop_pinned, METH_VARARGS,
+     "drop_pinned(observations, host_kind) -> observations less the pinned copies no sync pairs"},
     {"pointer_types", fn_pointer_types, METH_VARARGS,
      "pointer_types(cudaPointerGetAttributes, cudaGetLastError, addresses) -> types (-1: failed)"},
     {NULL, NULL, 0, NULL}};

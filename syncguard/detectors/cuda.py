@@ -399,11 +399,13 @@ class Cuda:
         self.hub.release(region)
 
     def finish(self, region, found: list) -> list:
+        if not region.observations:  # a region with no call kept (a sync-free test): nothing to judge
+            return found
         if self.hub.hostmem == "pointer":
-            memory = pointer_kinds(self.hub.fast)
+            events, notes = combine_by_pointer(region.observations, self.hub.fast)
         else:
-            memory = ByCorrelation(region.state.get("cuda_records", {}))
-        events, notes = combine(region.observations, memory)
+            events, notes = combine(region.observations,
+                                    ByCorrelation(region.state.get("cuda_records", {})))
         region.report.notes.extend(notes)
         if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
@@ -415,6 +417,17 @@ class Cuda:
 def _event(o, api, kind, detectors=("cuda",), blocked=None) -> SyncEvent:
     return SyncEvent.at(o.site, api, kind, o.thread, o.blocked_us if blocked is None else blocked,
                         detectors, o.phase)
+
+
+def combine_by_pointer(obs, fast=None) -> tuple[list, list[str]]:
+    """:func:`combine` with host memory asked of the runtime by pointer. With the C module
+    (``fast``), the pinned copies that can make no event are left out first, in C: 100 merges
+    leave 100 of them, which combine's Python loop took ~1 us each to pass over at region exit
+    on the H200's host."""
+    memory = pointer_kinds(fast)
+    if fast is not None:
+        obs = fast.drop_pinned(obs, memory.host_kind)
+    return combine(obs, memory)
 
 
 def combine(obs, memory) -> tuple[list, list[str]]:
