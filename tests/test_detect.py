@@ -809,3 +809,42 @@ def test_drop_pinned_changes_nothing_combine_reports():
     assert hub.fast.drop_pinned(run[:1], None) is not None
     with pytest.raises(ZeroDivisionError):
         hub.fast.drop_pinned(run, lambda c, d: 1 / 0)
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_the_c_callback_times_its_pieces_only_when_asked():
+    """Plumbing for tools/probe_callback_pieces.py (fake libcupti, no GPU): one kept copy and one
+    nested driver call are counted piece by piece while timing is on, nothing while it is off,
+    and each read zeroes the counts."""
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
+    hub.use_fast()
+    hub.acquire(region)
+    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=1, stream=0)
+    token = routing.regions.set((region,))
+    try:
+        def one_copy(corr):
+            _fire(hub, 2, 41, C.API_ENTER, corr, copy)
+            _fire(hub, 1, 17, C.API_ENTER, corr + 1)
+            _fire(hub, 1, 17, C.API_EXIT, corr + 1)
+            _fire(hub, 2, 41, C.API_EXIT, corr, copy)
+
+        hub.fast.timing(False)
+        one_copy(1)
+        assert all(n == 0 for _, n in hub.fast.timing(True).values())
+        one_copy(3)
+        counts = {p: n for p, (_, n) in hub.fast.timing(False).items()}
+        one_copy(5)
+    finally:
+        routing.regions.reset(token)
+        hub.fast.timing(False)
+        hub.release(region)
+    assert counts == {
+        "callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2,
+        "ENTER: take the GIL": 1, "ENTER: keep the call (regions, phase, thread, site, allows)": 1,
+        "ENTER: the user's site (inside the above)": 1, "ENTER: release the GIL": 1,
+        "EXIT: take the GIL": 1, "EXIT: build the CudaCall and hand it over": 1,
+        "EXIT: hand it to the region(s) (inside the above)": 1, "EXIT: release the GIL": 1}
+    assert all(n == 0 for _, n in hub.fast.timing(False).values())
+    assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [
+        (1, 2), (3, 4), (5, 6)]

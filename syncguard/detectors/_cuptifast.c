@@ -89,6 +89,25 @@ static int stack_depth = 32;
 static volatile long generation = 1;
 static long errors;
 
+/* Where a callback's time goes, for tools/probe_callback_pieces.py: off unless timing(True) was
+ * called (then a clock read per piece; two reads cost ~40 ns, so the pieces' sum is above the
+ * untimed cost). Summed by the thread that ran the piece, without a lock: a probe times one
+ * thread. */
+enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_SITE, P_ENTER_RELEASE, P_LEAVE_GIL, P_LEAVE,
+       P_DELIVER, P_LEAVE_RELEASE, NPIECES };
+static const char *piece_names[NPIECES] = {
+    "callback (every invocation, whole)", "nested driver callback (no GIL)",
+    "ENTER: take the GIL", "ENTER: keep the call (regions, phase, thread, site, allows)",
+    "ENTER: the user's site (inside the above)", "ENTER: release the GIL", "EXIT: take the GIL",
+    "EXIT: build the CudaCall and hand it over", "EXIT: hand it to the region(s) (inside the above)",
+    "EXIT: release the GIL"};
+static int timing_on;
+static int64_t piece_ns[NPIECES];
+static long piece_n[NPIECES];
+static int64_t now_ns(void);
+#define T0() (timing_on ? now_ns() : 0)
+#define TADD(i, t0) do { if (timing_on) { piece_ns[i] += now_ns() - (t0); piece_n[i]++; } } while (0)
+
 typedef struct {
     long gen;
     int depth, mode, index, dir, is_async, ncorr, phase, has_stream, has_ptrs;
@@ -439,7 +458,9 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         Py_XSETREF(t->name, name);
         t->name_gen = generation;
     }
+    int64_t ts = T0();
     PyObject *site = user_site(&phase), *allows = NULL, *thread = Py_NewRef(t->name);
+    TADD(P_SITE, ts);
     if (!site || PyContextVar_Get(allows_var, s_empty, &allows) < 0) {
         Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
         goto error;
@@ -471,7 +492,9 @@ static void leave(ThreadState *t) {
     PyObject *sr = opt_u64(t->has_ptrs && t->src, t->src), *ds = opt_u64(t->has_ptrs && t->dst, t->dst);
     PyObject *call = make_call(t->index, t->dir, t->is_async, corr, st, t->site, t->phase,
                                t->thread, t->allows, blocked, nb, sr, ds, t->t0);
+    int64_t td = T0();
     int rc = call ? deliver(t->regions, call) : -1;
+    TADD(P_DELIVER, td);
     Py_XDECREF(call);
     clear_kept(t);
     if (rc < 0) { errors++; PyErr_Clear(); }
@@ -483,7 +506,7 @@ static void leave(ThreadState *t) {
 #define FINALIZING() _Py_IsFinalizing()
 #endif
 
-static void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
+static void callback_body(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
     if (domain < 1 || domain > 2 || cbid >= MAXCB || !d) return;
     if (FINALIZING()) return; /* no thread state may be taken while the interpreter shuts down */
     const Entry *e = &entries[domain][cbid];
@@ -497,6 +520,7 @@ static void callback(void *userdata, int domain, uint32_t cbid, const CallbackDa
         }
         t->gen = generation; t->depth = 0; t->mode = MODE_IDLE;
     }
+    int64_t t0 = T0();
     if (d->callbackSite == 0) { /* CUPTI_API_ENTER */
         int depth = t->depth++;
         if (depth) { /* a driver call under the runtime call: the same wait, the same event */
@@ -506,12 +530,18 @@ static void callback(void *userdata, int domain, uint32_t cbid, const CallbackDa
                 forward(userdata, domain, cbid, d);
                 PyGILState_Release(g);
             }
+            TADD(P_NESTED, t0);
             return;
         }
         t->mode = MODE_IDLE;
         PyGILState_STATE g = PyGILState_Ensure();
+        TADD(P_ENTER_GIL, t0);
+        int64_t t1 = T0();
         enter(t, e, domain, cbid, d);
+        TADD(P_ENTER, t1);
+        int64_t t2 = T0();
         PyGILState_Release(g);
+        TADD(P_ENTER_RELEASE, t2);
     } else {
         int depth = t->depth > 0 ? t->depth - 1 : 0;
         t->depth = depth;
@@ -522,12 +552,26 @@ static void callback(void *userdata, int domain, uint32_t cbid, const CallbackDa
             if (!depth) t->mode = MODE_IDLE;
             return;
         }
-        if (depth || t->mode != MODE_KEPT) return;
+        if (depth || t->mode != MODE_KEPT) {
+            if (depth) TADD(P_NESTED, t0);
+            return;
+        }
         t->mode = MODE_IDLE;
         PyGILState_STATE g = PyGILState_Ensure();
+        TADD(P_LEAVE_GIL, t0);
+        int64_t t1 = T0();
         leave(t);
+        TADD(P_LEAVE, t1);
+        int64_t t2 = T0();
         PyGILState_Release(g);
+        TADD(P_LEAVE_RELEASE, t2);
     }
+}
+
+static void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
+    int64_t t0 = T0();
+    callback_body(userdata, domain, cbid, d);
+    TADD(P_CALLBACK, t0);
 }
 
 /* ---- the module ---------------------------------------------------------------------------- */
@@ -684,6 +728,22 @@ static PyObject *fn_new_generation(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
+static PyObject *fn_timing(PyObject *self, PyObject *args) {
+    /* timing(on) -> {piece: (ns summed, times)} so far, then zeroed; on: keep timing after */
+    int on;
+    if (!PyArg_ParseTuple(args, "p", &on)) return NULL;
+    PyObject *out = PyDict_New();
+    for (int i = 0; out && i < NPIECES; i++) {
+        PyObject *v = Py_BuildValue("(Ll)", (long long)piece_ns[i], piece_n[i]);
+        if (!v || PyDict_SetItemString(out, piece_names[i], v) < 0) Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    memset(piece_ns, 0, sizeof piece_ns);
+    memset(piece_n, 0, sizeof piece_n);
+    timing_on = on;
+    return out;
+}
+
 static PyObject *fn_errors(PyObject *self, PyObject *noargs) {
     return PyLong_FromLong(errors);
 }
@@ -826,6 +886,8 @@ static PyMethodDef methods[] = {
      "off(cuptiEnableCallback, cuptiUnsubscribe or 0, handle) -> first error"},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
+    {"timing", fn_timing, METH_VARARGS,
+     "timing(on) -> {piece: (ns, count)} since the last call (then zeroed); on: time from now"},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
     {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
     {"drop_pinned", fn_drop_pinned, METH_VARARGS,
