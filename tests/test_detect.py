@@ -848,3 +848,70 @@ def test_the_c_callback_times_its_pieces_only_when_asked():
     assert all(n == 0 for _, n in hub.fast.timing(False).values())
     assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [
         (1, 2), (3, 4), (5, 6)]
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_the_c_callbacks_calls_read_as_the_python_callbacks_cudacalls():
+    """The same CUDA calls fired at both callbacks (fake libcupti, no GPU): the C one hands the
+    region ``_cuptifast.Call`` objects, the Python one ``CudaCall`` tuples; every field, and
+    ``source`` and ``host_ptr``, reads the same (but the timing fields, which measure each run)."""
+    seen = {}
+    for path in ("python", "c"):
+        hub, region = FakeHub(path=path), FakeRegion()
+        hub.table[(2, 7)] = ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"]
+        hub.use_fast() if path == "c" else None
+        hub.acquire(region)
+        token = routing.regions.set((region,))
+        try:
+            for cbid, corr, params in (
+                    (41, 1, C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=7)),
+                    (41, 2, C.MemcpyAsyncParams(dst=0x3000, src=0x1000, count=8, kind=3, stream=0)),
+                    (7, 3, C.MemcpyAsyncParams(dst=0x9000, src=0x1000, count=2, kind=2)),
+                    (131, 4, C.StreamParams(stream=7))):
+                _fire(hub, 2, cbid, C.API_ENTER, corr, params)
+                if cbid == 131:  # a driver call nested under the runtime one
+                    _fire(hub, 1, 126, C.API_ENTER, 5, params)
+                    _fire(hub, 1, 126, C.API_EXIT, 5, params)
+                _fire(hub, 2, cbid, C.API_EXIT, corr, params)
+        finally:
+            routing.regions.reset(token)
+            hub.release(region)
+        assert hub.errors == 0 and (hub.fast is None or hub.fast.errors() == 0)
+        seen[path] = region.observations
+    names = [f for f in CudaCall._fields if f not in ("blocked_us", "t_ns")] + ["source", "host_ptr"]
+    assert [type(o).__name__ for o in seen["c"]] == ["Call"] * 4
+    assert [[getattr(o, f) for f in names] for o in seen["c"]] == [
+        [getattr(o, f) for f in names] for o in seen["python"]]
+    assert [o.blocked_us is None for o in seen["c"]] == [False, True, False, False]
+    assert all(isinstance(o.t_ns, int) for o in seen["c"]) and "api='cudaMemcpyAsync'" in repr(seen["c"][0])
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+@pytest.mark.parametrize("calls", ["C module", "ctypes"])
+def test_no_region_outlives_its_exit_in_the_c_callbacks_memory(calls):
+    """The C callback remembers the last regions it handed a call to (their observation lists);
+    switching every callback off forgets them, whichever way the hub talks to libcupti (fake
+    libcupti, no GPU): the region is freed once the program drops it."""
+    import gc
+    import weakref
+
+    hub = FakeHub(path="c")
+    if calls == "ctypes":  # the fake's entry points as Python functions: the hub calls them itself
+        hub.lib.lib = FakeLib(0)
+        hub._c_addr = None
+    region = FakeRegion()
+    hub.acquire(region)
+    token = routing.regions.set((region,))
+    try:
+        copy = C.MemcpyAsyncParams(dst=0x1000, src=0x2000, count=4, kind=1, stream=0)
+        _fire(hub, 2, 41, C.API_ENTER, 1, copy)
+        _fire(hub, 2, 41, C.API_EXIT, 1, copy)
+    finally:
+        routing.regions.reset(token)
+    assert hub._c_entry() is None if calls == "ctypes" else hub._c_entry() is not None
+    hub.release(region)
+    assert len(region.observations) == 1
+    gone = weakref.ref(region)
+    del region, token
+    gc.collect()
+    assert gone() is None

@@ -83,6 +83,7 @@ static PyObject *make_site;      /* callable(key, ((code, line), ...)) -> Site, 
 static PyObject *thread_name;    /* callable() -> str */
 static PyObject *call_type;      /* CudaCall (a tuple subclass) */
 static PyObject *no_site;        /* Site() */
+static PyObject *s_cuda;
 static PyObject *s_dir[5], *s_phase[3], *s_observations, *s_empty, *s_nothread, *s_dict,
                 *s_compile_context;
 static int stack_depth = 32;
@@ -110,6 +111,7 @@ static int64_t now_ns(void);
 
 typedef struct {
     long gen;
+    const Entry *entry; /* the kept call's table entry */
     int depth, mode, index, dir, is_async, ncorr, phase, has_stream, has_ptrs;
     uint32_t corr[MAXCORR];
     uint64_t stream, src, dst, nbytes;
@@ -315,55 +317,180 @@ done:
 
 #define CALL_FIELDS 16 /* len(cudacalls.CudaCall._fields), checked by configure() */
 
-/* A CudaCall (tuple subclass) from the fields, in cudacalls.CudaCall's order, allocated and
- * filled in place (building an argument tuple for its constructor cost as much again). Steals
- * the references to corr, stream, blocked, nbytes, src and dst, NULL or not. */
-static PyObject *make_call(int index, int dir, int is_async, PyObject *corr, PyObject *stream,
-                           PyObject *site, int phase, PyObject *thread, PyObject *allows,
-                           PyObject *blocked, PyObject *nbytes, PyObject *src, PyObject *dst,
-                           int64_t t0) {
-    PyObject *t = PyLong_FromLongLong((long long)t0);
-    PyObject *call = NULL;
-    if (!(corr && stream && blocked && nbytes && src && dst && t)) {
-        Py_XDECREF(corr); Py_XDECREF(stream); Py_XDECREF(blocked); Py_XDECREF(nbytes);
-        Py_XDECREF(src); Py_XDECREF(dst); Py_XDECREF(t);
-        return NULL;
+/* A kept call as the C callback hands it to the region: cudacalls.CudaCall's fields under the
+ * same names, read as attributes, with the numbers kept as C values until one is read. A
+ * CudaCall (a tuple of 16 Python objects) made nine objects per copy at EXIT: ~0.8 us of the
+ * ~3.2 us a sync-free merge spent in the callback on the H200's host
+ * (reports/probes/callback-pieces-384ab15/). A copy that drop_pinned leaves out is now read
+ * without making any. The Python callback still makes CudaCalls; combine and hostmem read both
+ * by attribute. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *names;                 /* (apis, roles, kinds) of the table it was made under */
+    PyObject *site, *allows, *thread;
+    uint64_t stream, src, dst, nbytes;
+    int64_t t0;
+    double blocked;                  /* us; has_blocked == 0: None */
+    uint32_t corr[MAXCORR];
+    int16_t index;
+    int8_t role, dir, is_async, phase, ncorr, has_stream, has_nbytes, has_src, has_dst, has_blocked;
+} Call;
+
+static PyObject *names_table; /* (api_names, role_names, kind_names), rebuilt by configure() */
+
+enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
+       F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR };
+
+static PyObject *call_get(PyObject *self, void *closure) {
+    Call *c = (Call *)self;
+    switch ((int)(intptr_t)closure) {
+    case F_API: case F_ROLE: case F_KIND: /* names: (apis, roles, kinds), in that order */
+        return Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, (intptr_t)closure - F_API),
+                                          c->index));
+    case F_DIRECTION: return Py_NewRef(s_dir[c->dir]);
+    case F_IS_ASYNC: return PyBool_FromLong(c->is_async);
+    case F_CORRELATION: {
+        PyObject *t = PyTuple_New(c->ncorr);
+        for (int i = 0; t && i < c->ncorr; i++) {
+            PyObject *v = PyLong_FromUnsignedLong(c->corr[i]);
+            if (!v) { Py_CLEAR(t); break; }
+            PyTuple_SET_ITEM(t, i, v);
+        }
+        return t;
     }
-    PyObject *items[CALL_FIELDS] = {
-        Py_NewRef(PyTuple_GET_ITEM(api_names, index)), Py_NewRef(PyTuple_GET_ITEM(role_names, index)),
-        Py_NewRef(PyTuple_GET_ITEM(kind_names, index)), Py_NewRef(s_dir[dir]),
-        Py_NewRef(is_async ? Py_True : Py_False), corr, stream, Py_NewRef(site),
-        Py_NewRef(s_phase[phase]), Py_NewRef(thread), Py_NewRef(allows), blocked, nbytes, src, dst, t};
-#if PY_VERSION_HEX < 0x030E0000
-    /* a tuple subclass's layout is a tuple's: its slots can be filled as a tuple's are */
-    call = ((PyTypeObject *)call_type)->tp_alloc((PyTypeObject *)call_type, CALL_FIELDS);
-    for (int i = 0; call && i < CALL_FIELDS; i++) PyTuple_SET_ITEM(call, i, items[i]);
-#else
-    /* CPython 3.14 tuples cache their hash in a field only tuple's own constructor sets */
-    PyObject *fields = PyTuple_New(CALL_FIELDS), *args = NULL;
-    for (int i = 0; fields && i < CALL_FIELDS; i++) { PyTuple_SET_ITEM(fields, i, items[i]); items[i] = NULL; }
-    args = fields ? PyTuple_Pack(1, fields) : NULL;
-    call = args ? PyTuple_Type.tp_new((PyTypeObject *)call_type, args, NULL) : NULL;
-    Py_XDECREF(args); Py_XDECREF(fields);
-#endif
-    if (!call)
-        for (int i = 0; i < CALL_FIELDS; i++) Py_XDECREF(items[i]);
-    return call;
+    case F_STREAM: return c->has_stream ? PyLong_FromUnsignedLongLong(c->stream) : Py_NewRef(Py_None);
+    case F_SITE: return Py_NewRef(c->site);
+    case F_PHASE: return Py_NewRef(s_phase[c->phase]);
+    case F_THREAD: return Py_NewRef(c->thread);
+    case F_ALLOWS: return Py_NewRef(c->allows);
+    case F_BLOCKED: return c->has_blocked ? PyFloat_FromDouble(c->blocked) : Py_NewRef(Py_None);
+    case F_NBYTES: return c->has_nbytes ? PyLong_FromUnsignedLongLong(c->nbytes) : Py_NewRef(Py_None);
+    case F_SRC: return c->has_src ? PyLong_FromUnsignedLongLong(c->src) : Py_NewRef(Py_None);
+    case F_DST: return c->has_dst ? PyLong_FromUnsignedLongLong(c->dst) : Py_NewRef(Py_None);
+    case F_T_NS: return PyLong_FromLongLong((long long)c->t0);
+    case F_SOURCE: return Py_NewRef(s_cuda);
+    case F_HOST_PTR: /* as CudaCall.host_ptr */
+        if (c->dir == DIR_H2D) return call_get(self, (void *)(intptr_t)F_SRC);
+        if (c->dir == DIR_D2H) return call_get(self, (void *)(intptr_t)F_DST);
+        return Py_NewRef(Py_None);
+    }
+    Py_RETURN_NONE;
 }
 
-static int deliver(PyObject *regions, PyObject *call) {
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(regions); i++) {
-        PyObject *obs = PyObject_GetAttr(PyTuple_GET_ITEM(regions, i), s_observations);
-        if (!obs) return -1;
-        int rc = PyList_Append(obs, call);
-        Py_DECREF(obs);
-        if (rc < 0) return -1;
-    }
+#define GET(name, f) {name, call_get, NULL, NULL, (void *)(intptr_t)(f)}
+static PyGetSetDef call_getset[] = {
+    GET("api", F_API), GET("role", F_ROLE), GET("kind", F_KIND), GET("direction", F_DIRECTION),
+    GET("is_async", F_IS_ASYNC), GET("correlation", F_CORRELATION), GET("stream", F_STREAM),
+    GET("site", F_SITE), GET("phase", F_PHASE), GET("thread", F_THREAD), GET("allows", F_ALLOWS),
+    GET("blocked_us", F_BLOCKED), GET("nbytes", F_NBYTES), GET("src", F_SRC), GET("dst", F_DST),
+    GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR), {NULL}};
+#undef GET
+
+static int call_traverse(PyObject *self, visitproc visit, void *arg) {
+    Call *c = (Call *)self;
+    Py_VISIT(c->names); Py_VISIT(c->site); Py_VISIT(c->allows); Py_VISIT(c->thread);
     return 0;
 }
 
-static PyObject *opt_u64(int has, uint64_t v) {
-    return has ? PyLong_FromUnsignedLongLong(v) : Py_NewRef(Py_None);
+static int call_clear(PyObject *self) {
+    Call *c = (Call *)self;
+    Py_CLEAR(c->names); Py_CLEAR(c->site); Py_CLEAR(c->allows); Py_CLEAR(c->thread);
+    return 0;
+}
+
+static void call_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    call_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *call_repr(PyObject *self) {
+    PyObject *parts = PyList_New(0), *out = NULL;
+    for (PyGetSetDef *g = call_getset; parts && g->name && (intptr_t)g->closure <= F_T_NS; g++) {
+        PyObject *v = call_get(self, g->closure);
+        PyObject *item = v ? PyUnicode_FromFormat("%s=%R", g->name, v) : NULL;
+        Py_XDECREF(v);
+        if (!item || PyList_Append(parts, item) < 0) Py_CLEAR(parts);
+        Py_XDECREF(item);
+    }
+    if (parts) {
+        PyObject *sep = PyUnicode_FromString(", ");
+        PyObject *body = sep ? PyUnicode_Join(sep, parts) : NULL;
+        out = body ? PyUnicode_FromFormat("Call(%U)", body) : NULL;
+        Py_XDECREF(sep); Py_XDECREF(body);
+    }
+    Py_XDECREF(parts);
+    return out;
+}
+
+static PyTypeObject CallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "syncguard.detectors._cuptifast.Call",
+    .tp_doc = "A call the C callback kept: cudacalls.CudaCall's fields, read as attributes.",
+    .tp_basicsize = sizeof(Call),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = call_traverse, .tp_clear = call_clear, .tp_dealloc = call_dealloc,
+    .tp_repr = call_repr, .tp_getset = call_getset,
+};
+
+/* A Call from the thread's kept state or a no-wait copy's values; takes its own references to
+ * site, thread and allows. */
+static PyObject *new_call(const Entry *e, int index, int dir, int is_async, const uint32_t *corr,
+                          int ncorr, int has_stream, uint64_t stream, PyObject *site, int phase,
+                          PyObject *thread, PyObject *allows, int has_blocked, double blocked,
+                          int has_ptrs, uint64_t nbytes, uint64_t src, uint64_t dst, int64_t t0) {
+    if (!names_table) { PyErr_SetString(PyExc_RuntimeError, "_cuptifast is not configured"); return NULL; }
+    Call *c = PyObject_GC_New(Call, &CallType);
+    if (!c) return NULL;
+    c->names = Py_NewRef(names_table);
+    c->site = Py_NewRef(site); c->allows = Py_NewRef(allows); c->thread = Py_NewRef(thread);
+    c->index = (int16_t)index; c->role = e ? e->role : 0; c->dir = (int8_t)dir;
+    c->is_async = (int8_t)(is_async != 0); c->phase = (int8_t)phase;
+    c->ncorr = (int8_t)ncorr;
+    memcpy(c->corr, corr, sizeof(uint32_t) * (size_t)ncorr);
+    c->has_stream = (int8_t)has_stream; c->stream = stream;
+    c->has_blocked = (int8_t)has_blocked; c->blocked = blocked;
+    c->has_nbytes = (int8_t)has_ptrs; c->nbytes = nbytes;
+    c->has_src = (int8_t)(has_ptrs && src); c->src = src;
+    c->has_dst = (int8_t)(has_ptrs && dst); c->dst = dst;
+    c->t0 = t0;
+    PyObject_GC_Track((PyObject *)c);
+    return (PyObject *)c;
+}
+
+/* The last regions tuple handed a call and its regions' observation lists (a Region's list is
+ * made once, in its __init__): the attribute lookup per call cost ~0.27 us with caches cold on
+ * the H200's host (reports/probes/callback-pieces-384ab15/). Read and written with the GIL held;
+ * emptied by forget() when the hub switches every callback off, so that no region outlives its
+ * last region's exit here. */
+static PyObject *last_regions, *last_lists;
+
+static void forget(void) {
+    Py_CLEAR(last_regions);
+    Py_CLEAR(last_lists);
+}
+
+static int deliver(PyObject *regions, PyObject *call) {
+    if (regions != last_regions) {
+        Py_ssize_t n = PyTuple_GET_SIZE(regions);
+        PyObject *lists = PyTuple_New(n);
+        for (Py_ssize_t i = 0; lists && i < n; i++) {
+            PyObject *obs = PyObject_GetAttr(PyTuple_GET_ITEM(regions, i), s_observations);
+            if (!obs || !PyList_Check(obs)) {
+                if (obs) PyErr_SetString(PyExc_TypeError, "a region's observations must be a list");
+                Py_XDECREF(obs);
+                Py_CLEAR(lists);
+                break;
+            }
+            PyTuple_SET_ITEM(lists, i, obs);
+        }
+        if (!lists) return -1;
+        Py_XSETREF(last_lists, lists);
+        Py_XSETREF(last_regions, Py_NewRef(regions));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(last_lists); i++)
+        if (PyList_Append(PyTuple_GET_ITEM(last_lists, i), call) < 0) return -1;
+    return 0;
 }
 
 static void forward(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
@@ -441,11 +568,10 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         regions = Py_NewRef(owner);
     }
     if (no_wait) {
-        PyObject *corr = Py_BuildValue("(I)", d->correlationId);
-        PyObject *st = opt_u64(has_stream, stream), *nb = opt_u64(has_ptrs, nbytes);
-        PyObject *sr = opt_u64(has_ptrs && src, src), *ds = opt_u64(has_ptrs && dst, dst);
-        PyObject *call = make_call(e->index, dir, e->is_async, corr, st, no_site, 0, s_nothread,
-                                   s_empty, Py_NewRef(Py_None), nb, sr, ds, 0);
+        uint32_t corr = d->correlationId;
+        PyObject *call = new_call(e, e->index, dir, e->is_async, &corr, 1, has_stream, stream,
+                                  no_site, 0, s_nothread, s_empty, 0, 0.0, has_ptrs, nbytes, src,
+                                  dst, 0);
         int rc = call ? deliver(regions, call) : -1;
         Py_XDECREF(call); Py_DECREF(regions);
         if (rc < 0) goto error;
@@ -466,7 +592,7 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         goto error;
     }
     t->regions = regions; t->site = site; t->allows = allows; t->thread = thread;
-    t->index = e->index; t->dir = dir; t->is_async = e->is_async; t->phase = phase;
+    t->entry = e; t->index = e->index; t->dir = dir; t->is_async = e->is_async; t->phase = phase;
     t->has_stream = has_stream; t->has_ptrs = has_ptrs;
     t->stream = stream; t->src = src; t->dst = dst; t->nbytes = nbytes;
     t->corr[0] = d->correlationId; t->ncorr = 1;
@@ -480,18 +606,11 @@ error:
 
 static void leave(ThreadState *t) {
     int64_t t1 = now_ns();
-    PyObject *corr = PyTuple_New(t->ncorr);
-    for (int i = 0; corr && i < t->ncorr; i++) {
-        PyObject *v = PyLong_FromUnsignedLong(t->corr[i]);
-        if (!v) { Py_CLEAR(corr); break; }
-        PyTuple_SET_ITEM(corr, i, v);
-    }
     /* microseconds to one decimal, as the Python callback's round((t1 - t0) / 1000, 1) */
-    PyObject *blocked = PyFloat_FromDouble((double)llround((double)(t1 - t->t0) / 100.0) / 10.0);
-    PyObject *st = opt_u64(t->has_stream, t->stream), *nb = opt_u64(t->has_ptrs, t->nbytes);
-    PyObject *sr = opt_u64(t->has_ptrs && t->src, t->src), *ds = opt_u64(t->has_ptrs && t->dst, t->dst);
-    PyObject *call = make_call(t->index, t->dir, t->is_async, corr, st, t->site, t->phase,
-                               t->thread, t->allows, blocked, nb, sr, ds, t->t0);
+    double blocked = (double)llround((double)(t1 - t->t0) / 100.0) / 10.0;
+    PyObject *call = new_call(t->entry, t->index, t->dir, t->is_async, t->corr, t->ncorr,
+                              t->has_stream, t->stream, t->site, t->phase, t->thread, t->allows,
+                              1, blocked, t->has_ptrs, t->nbytes, t->src, t->dst, t->t0);
     int64_t td = T0();
     int rc = call ? deliver(t->regions, call) : -1;
     TADD(P_DELIVER, td);
@@ -643,6 +762,9 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     memcpy(entries, fresh, sizeof entries);
     memcpy(ids, fresh_ids, sizeof ids);
     nids = (int)i;
+    PyObject *name_tuple = PyTuple_Pack(3, apis, roles, kinds);
+    if (!name_tuple) goto fail;
+    Py_XSETREF(names_table, name_tuple); /* calls made before keep the table they were made under */
     Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
     PyObject **slots[15] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
                             &code_cache, &code_class, &site_cache, &make_site, &thread_name,
@@ -716,7 +838,13 @@ static PyObject *fn_off(PyObject *self, PyObject *args) {
         if (!rc) rc = urc;
     }
     Py_END_ALLOW_THREADS
+    forget();
     return PyLong_FromLong(rc);
+}
+
+static PyObject *fn_forget(PyObject *self, PyObject *noargs) {
+    forget();
+    Py_RETURN_NONE;
 }
 
 static PyObject *fn_address(PyObject *self, PyObject *noargs) {
@@ -817,7 +945,7 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
 static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
     PyObject *given, *host_kind;
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &host_kind)) return NULL;
-    if (!call_type || PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
+    if (PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
     /* a copy: host_kind is Python, and nothing it does to the given list may move what we read */
     PyObject *obs = PyList_GetSlice(given, 0, PY_SSIZE_T_MAX);
     if (!obs) return NULL;
@@ -828,15 +956,38 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
     int nseen = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PyList_GET_ITEM(obs, i);
-        if (!PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { cand = -1; continue; }
-        PyObject *role = PyTuple_GET_ITEM(o, 1);
-        int is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
+        int is_copy, async_host = 0; /* a copy; an async host<->device one with its host pointer */
+        if (Py_IS_TYPE(o, &CallType)) { /* the C callback's: read as C values */
+            const Call *k = (const Call *)o;
+            is_copy = k->role == ROLE_COPY;
+            async_host = is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
+                                                    (k->dir == DIR_D2H && k->has_dst));
+        } else if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { /* the Python callback's */
+            PyObject *role = PyTuple_GET_ITEM(o, 1), *dir = PyTuple_GET_ITEM(o, 3);
+            is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
+            if (is_copy && PyTuple_GET_ITEM(o, 4) == Py_True && PyUnicode_Check(dir)) {
+                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
+                int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
+                async_host = (h2d || d2h) && PyLong_Check(PyTuple_GET_ITEM(o, h2d ? 13 : 14));
+            }
+        } else { /* another detector's: ends a candidate's run, kept */
+            cand = -1;
+            continue;
+        }
         if (is_copy && cand >= 0) { /* the candidate is not paired: pinned? */
-            PyObject *c = PyList_GET_ITEM(obs, cand), *dir = PyTuple_GET_ITEM(c, 3);
-            int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
-            PyObject *ptr = PyTuple_GET_ITEM(c, h2d ? 13 : 14);
-            unsigned long long key = PyLong_AsUnsignedLongLong(ptr);
-            if (PyErr_Occurred()) goto fail;
+            PyObject *c = PyList_GET_ITEM(obs, cand);
+            unsigned long long key;
+            PyObject *dir;
+            if (Py_IS_TYPE(c, &CallType)) {
+                const Call *k = (const Call *)c;
+                key = k->dir == DIR_H2D ? k->src : k->dst;
+                dir = s_dir[k->dir];
+            } else {
+                dir = PyTuple_GET_ITEM(c, 3);
+                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
+                key = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(c, h2d ? 13 : 14));
+                if (PyErr_Occurred()) goto fail;
+            }
             int pinned = -1;
             for (int k = 0; k < nseen; k++)
                 if (seen[k].ptr == key) { pinned = seen[k].pinned; break; }
@@ -849,15 +1000,7 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
             }
             if (pinned) { drop[cand] = 1; dropped++; }
         }
-        cand = -1;
-        if (is_copy && PyTuple_GET_ITEM(o, 4) == Py_True) {
-            PyObject *dir = PyTuple_GET_ITEM(o, 3);
-            if (PyUnicode_Check(dir)) {
-                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
-                int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
-                if ((h2d || d2h) && PyLong_Check(PyTuple_GET_ITEM(o, h2d ? 13 : 14))) cand = i;
-            }
-        }
+        cand = async_host ? i : -1;
     }
     PyObject *out;
     if (!dropped) {
@@ -884,6 +1027,8 @@ static PyMethodDef methods[] = {
      "on(cuptiSubscribe, cuptiEnableCallback, handle or 0) -> (subscribe error, handle, enable error)"},
     {"off", fn_off, METH_VARARGS,
      "off(cuptiEnableCallback, cuptiUnsubscribe or 0, handle) -> first error"},
+    {"forget", fn_forget, METH_NOARGS,
+     "Drop the regions remembered for handing calls over (off() does it too)."},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"timing", fn_timing, METH_VARARGS,
@@ -901,14 +1046,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cuptifast",
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__cuptifast(void) {
+    if (PyType_Ready(&CallType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Call", (PyObject *)&CallType) < 0) { Py_DECREF(m); return NULL; }
     const char *dirs[5] = {NULL, "h2d", "d2h", "d2d", "h2h"};
     const char *phases[3] = {"run", "compile", "graph_capture"};
     s_dir[0] = Py_NewRef(Py_None);
     for (int i = 1; i < 5; i++) s_dir[i] = PyUnicode_InternFromString(dirs[i]);
     for (int i = 0; i < 3; i++) s_phase[i] = PyUnicode_InternFromString(phases[i]);
     s_observations = PyUnicode_InternFromString("observations");
+    s_cuda = PyUnicode_InternFromString("cuda");
     s_nothread = PyUnicode_InternFromString("");
     s_dict = PyUnicode_InternFromString("__dict__");
     s_compile_context = PyUnicode_InternFromString("compile_context");

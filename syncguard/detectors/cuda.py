@@ -116,6 +116,8 @@ class CuptiCalls:
             finally:  # given back even if switching off failed
                 if unsubscribe:
                     self.lib.lib.cuptiUnsubscribe(self.handle)
+                if self.fast is not None:  # as the C off() does: no region kept alive there
+                    self.fast.forget()
         self.activity.disable()
 
 

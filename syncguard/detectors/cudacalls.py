@@ -74,9 +74,12 @@ def canonical(name: str) -> str:
 class CudaCall(NamedTuple):
     """One sync, copy or free API call the detector kept: what its parameters said, where and on
     which thread it was made, how long the host spent in it. It is the region's observation
-    itself (``source == "cuda"``), appended to the region's list when the call returns. A tuple,
-    built once per call by either callback (the C one, ``_cuptifast.c``, makes the same fields in
-    the same order): not a frozen :class:`~syncguard.routing.Observation` plus a parameter
+    itself (``source == "cuda"``), appended to the region's list when the call returns. The
+    Python callback builds one of these per call; the C one (``_cuptifast.c``) builds a
+    ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read:
+    nine objects per copy cost ~0.8 us on the H200's host, reports/probes/callback-pieces-384ab15/),
+    so everything downstream reads observations by attribute. A tuple here: not a frozen
+    :class:`~syncguard.routing.Observation` plus a parameter
     object, which made three objects and a dict per copy (with the offset-keyed site cache, the
     Python copy callback went from ~4.1 to ~2.3 us on the CPU: reports/cpu/callback-hotpath.md)."""
 
