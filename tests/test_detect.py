@@ -843,7 +843,7 @@ def test_the_c_callback_times_its_pieces_only_when_asked():
         "callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2,
         "ENTER: take the GIL": 1, "ENTER: keep the call (regions, phase, thread, site, allows)": 1,
         "ENTER: the user's site (inside the above)": 1, "ENTER: release the GIL": 1,
-        "EXIT: take the GIL": 1, "EXIT: build the CudaCall and hand it over": 1,
+        "EXIT: take the GIL": 1, "EXIT: build the call and hand it over": 1,
         "EXIT: hand it to the region(s) (inside the above)": 1, "EXIT: release the GIL": 1}
     assert all(n == 0 for _, n in hub.fast.timing(False).values())
     assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [

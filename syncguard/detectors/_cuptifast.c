@@ -100,7 +100,7 @@ static const char *piece_names[NPIECES] = {
     "callback (every invocation, whole)", "nested driver callback (no GIL)",
     "ENTER: take the GIL", "ENTER: keep the call (regions, phase, thread, site, allows)",
     "ENTER: the user's site (inside the above)", "ENTER: release the GIL", "EXIT: take the GIL",
-    "EXIT: build the CudaCall and hand it over", "EXIT: hand it to the region(s) (inside the above)",
+    "EXIT: build the call and hand it over", "EXIT: hand it to the region(s) (inside the above)",
     "EXIT: release the GIL"};
 static int timing_on;
 static int64_t piece_ns[NPIECES];
@@ -938,7 +938,7 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
  * observation is a copy too (combine pairs an async copy only with the call right after it, and a
  * copy ends the pairing) and whose host memory host_kind(call, direction) names "pinned" (an
  * unpaired pinned copy made the host wait for nothing). Anything else is kept, as is every
- * observation that is not a CudaCall, which also ends a candidate's run (kept: combine decides).
+ * observation that neither callback made, which also ends a candidate's run (kept: combine decides).
  * host_kind is ByPointer's (an answer per pointer): it is asked once per pointer here. Returns
  * the same list when nothing is dropped. */
 #define PIN_CACHE 16
