@@ -131,48 +131,85 @@ def _fake_cudart(memory_type: int):
         hostmem._load_cudart, torch.cuda.is_current_stream_capturing = saved
 
 
-def _exit_per_copy(fast, copies: int = 100) -> float:
+def _c_calls(hub, calls) -> list:
+    """The observations the C callback hands a region for ``calls`` ((cbid, params) in order,
+    each fired ENTER then EXIT from one line, so that a copy and its sync share a site):
+    ``_cuptifast.Call`` objects, as a real region's exit sees them."""
+    region, keep = FakeRegion(), []
+    token = routing.regions.set((region,))
+    try:
+        for cbid, params in calls:
+            for site in (C.API_ENTER, C.API_EXIT):
+                data = _data(site, len(keep), params)
+                keep.append(data)
+                hub.fast.fire(2, cbid, ctypes.addressof(data))
+    finally:
+        routing.regions.reset(token)
+    assert hub.fast.errors() == 0 and len(region.observations) == len(calls)
+    return region.observations
+
+
+def _tuple_calls(calls, site) -> list:
+    """The same calls as the Python callback builds them: ``CudaCall`` tuples."""
+    from syncguard.detectors.cudacalls import CudaCall
+
+    out = []
+    for i, (cbid, p) in enumerate(calls):
+        if cbid == 41:
+            out.append(CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (i,), p.stream or 0,
+                                site, "run", "MainThread", (), 3.0, p.count, p.src, p.dst))
+        else:
+            kind, api = ("device_sync", "cudaDeviceSynchronize") if cbid == 165 else (
+                "stream_sync", "cudaStreamSynchronize")
+            out.append(CudaCall(api, "sync", kind, None, False, (i,), None if cbid == 165 else 0,
+                                site, "run", "MainThread", (), 5.0))
+    return out
+
+
+def _observations(hub, calls, objects: str) -> list:
+    from syncguard.attribution import Site
+
+    if objects == "Call":
+        return _c_calls(hub, calls)
+    return _tuple_calls(calls, Site("user.py", 3, "f", ("user.py:3 in f",)))
+
+
+def _exit_per_copy(hub, objects: str, copies: int = 100) -> float:
     """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
     sync-free merges leave them: one pinned host block) and a final device sync: the
     pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
     pairing, as the detector's exit runs them (``combine_by_pointer``: with the C module, the
-    pinned copies no sync pairs are left out in C first)."""
-    from syncguard.attribution import Site
+    pinned copies no sync pairs are left out in C first). ``objects``: the observations as the C
+    callback makes them (``Call``) or as the Python one does (``CudaCall``)."""
     from syncguard.detectors.cuda import combine_by_pointer
-    from syncguard.detectors.cudacalls import CudaCall
 
-    site = Site("user.py", 3, "f", ("user.py:3 in f",))
-    obs = [CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (i,), 0, site, "run", "MainThread",
-                    (), 3.0, 33048, 0x7000, 0xd000 + i) for i in range(copies)]
-    obs.append(CudaCall("cudaDeviceSynchronize", "sync", "device_sync", None, False, (copies,), None,
-                        site, "run", "MainThread", (), 5.0))
+    calls = [(41, C.MemcpyAsyncParams(dst=0xd000 + i, src=0x7000, count=33048, kind=1, stream=0))
+             for i in range(copies)] + [(165, C.StreamParams(stream=0))]
+    obs = _observations(hub, calls, objects)
     with _fake_cudart(1):
-        run = lambda: combine_by_pointer(obs, fast)  # noqa: E731
+        run = lambda: combine_by_pointer(obs, hub.fast)  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
         return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
 
 
-def _exit_per_event(fast, pairs: int = 100) -> float:
+def _exit_per_event(hub, objects: str, pairs: int = 100) -> float:
     """µs per event that a region's exit spends on ``pairs`` pageable H2D copies each followed by
     a stream sync from the same line (as 100 merges with a CPU mask make on torch 2.8: each pair
     is one blocking copy, one event): the pointer query (a fake libcudart: pageable), the pairing
-    and the event each pair becomes, and the region's judgement of the events."""
-    from syncguard.attribution import Site
+    and the event each pair becomes, and the region's judgement of the events. ``objects``: as in
+    :func:`_exit_per_copy`."""
     from syncguard.detectors.cuda import combine_by_pointer
-    from syncguard.detectors.cudacalls import CudaCall
     from syncguard.scope import Region
 
-    site = Site("user.py", 3, "f", ("user.py:3 in f",))
-    obs = []
-    for i in range(pairs):
-        obs.append(CudaCall("cudaMemcpyAsync", "copy", None, "h2d", True, (2 * i,), 0, site, "run",
-                            "MainThread", (), 3.0, 33048, 0x7000, 0xd000))
-        obs.append(CudaCall("cudaStreamSynchronize", "sync", "stream_sync", None, False, (2 * i + 1,),
-                            0, site, "run", "MainThread", (), 5.0))
+    calls = []
+    for _ in range(pairs):
+        calls += [(41, C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=33048, kind=1, stream=0)),
+                  (131, C.StreamParams(stream=0))]
+    obs = _observations(hub, calls, objects)
     region = Region(("cuda",))
 
     def run():
-        events, _ = combine_by_pointer(obs, fast)
+        events, _ = combine_by_pointer(obs, hub.fast)
         region.report.syncs.clear()
         region._judge(events)
         return events
@@ -250,7 +287,10 @@ def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
 
 
 def run(depth: int, between=None) -> list[tuple[str, float]]:
+    from syncguard.detectors.cudacalls import RUNTIME_APIS
+
     hub = FakeHub()
+    hub.table[(2, 165)] = ("cudaDeviceSynchronize",) + RUNTIME_APIS["cudaDeviceSynchronize"]
     hub.use_fast()  # the C callback too, where it is built (else hub.fast stays None)
     region = FakeRegion()
     hub.acquire(region)
@@ -277,11 +317,13 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                      measure(lambda: long.f_lineno, 1, _noop)))
         rows.append(("piece: frame.f_lasti, the same frame", measure(lambda: long.f_lasti, 1, _noop)))
         rows.append(("piece: routing.regions.get()", measure(routing.regions.get, 1, _noop)))
-        rows.append(("piece: region exit per kept copy (host-memory query + combine, 100 async "
-                     "copies from one pinned block)", _exit_per_copy(hub.fast)))
-        rows.append(("piece: region exit per sync event (100 pageable H2D copies, each paired "
-                     "with a stream sync: pointer query, pairing, events, judgement)",
-                     _exit_per_event(hub.fast)))
+        for objects in ("CudaCall", "Call") if hub.fast is not None else ("CudaCall",):
+            made = "C callback's Call" if objects == "Call" else "Python callback's CudaCall"
+            rows.append((f"piece: region exit per kept copy (host-memory query + combine, 100 "
+                         f"async copies from one pinned block; {made})", _exit_per_copy(hub, objects)))
+            rows.append((f"piece: region exit per sync event (100 pageable H2D copies, each "
+                         f"paired with a stream sync: pointer query, pairing, events, judgement; "
+                         f"{made})", _exit_per_event(hub, objects)))
         rows.append(("piece: an empty audit(cuda) region, entered and left (per region; a C "
                      "stand-in for libcupti)", _region_enter_exit()))
         rows.append(("piece: threading.current_thread().name",
