@@ -65,9 +65,6 @@ static struct { int domain; int cbid; } ids[MAXIDS];
 static int nids;
 
 /* configuration (configure()); strong references held until the next configure() */
-static PyObject *api_names;      /* tuple: entry index -> api name (str) */
-static PyObject *kind_names;     /* tuple: entry index -> kind (str) or None */
-static PyObject *role_names;     /* tuple: entry index -> role (str) */
 static PyObject *regions_var, *allows_var;
 static PyObject *backward_active; /* dict, non-empty while a region's backward pass runs */
 static PyObject *thread_active;   /* threading._active (None: unknown), for engine_owner() */
@@ -112,7 +109,7 @@ static int64_t now_ns(void);
 typedef struct {
     long gen;
     const Entry *entry; /* the kept call's table entry */
-    int depth, mode, index, dir, is_async, ncorr, phase, has_stream, has_ptrs;
+    int depth, mode, dir, ncorr, phase, has_stream, has_ptrs;
     uint32_t corr[MAXCORR];
     uint64_t stream, src, dst, nbytes;
     int64_t t0;
@@ -336,7 +333,9 @@ typedef struct {
     int8_t role, dir, is_async, phase, ncorr, has_stream, has_nbytes, has_src, has_dst, has_blocked;
 } Call;
 
-static PyObject *names_table; /* (api_names, role_names, kind_names), rebuilt by configure() */
+/* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
+ * None); rebuilt by configure() */
+static PyObject *names_table;
 
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
        F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR };
@@ -433,19 +432,19 @@ static PyTypeObject CallType = {
     .tp_repr = call_repr, .tp_getset = call_getset,
 };
 
-/* A Call from the thread's kept state or a no-wait copy's values; takes its own references to
- * site, thread and allows. */
-static PyObject *new_call(const Entry *e, int index, int dir, int is_async, const uint32_t *corr,
-                          int ncorr, int has_stream, uint64_t stream, PyObject *site, int phase,
-                          PyObject *thread, PyObject *allows, int has_blocked, double blocked,
-                          int has_ptrs, uint64_t nbytes, uint64_t src, uint64_t dst, int64_t t0) {
+/* A Call of table entry ``e`` (its api, role and async-ness) from the thread's kept state or a
+ * no-wait copy's values; takes its own references to site, thread and allows. */
+static PyObject *new_call(const Entry *e, int dir, const uint32_t *corr, int ncorr, int has_stream,
+                          uint64_t stream, PyObject *site, int phase, PyObject *thread,
+                          PyObject *allows, int has_blocked, double blocked, int has_ptrs,
+                          uint64_t nbytes, uint64_t src, uint64_t dst, int64_t t0) {
     if (!names_table) { PyErr_SetString(PyExc_RuntimeError, "_cuptifast is not configured"); return NULL; }
     Call *c = PyObject_GC_New(Call, &CallType);
     if (!c) return NULL;
     c->names = Py_NewRef(names_table);
     c->site = Py_NewRef(site); c->allows = Py_NewRef(allows); c->thread = Py_NewRef(thread);
-    c->index = (int16_t)index; c->role = e ? e->role : 0; c->dir = (int8_t)dir;
-    c->is_async = (int8_t)(is_async != 0); c->phase = (int8_t)phase;
+    c->index = e->index; c->role = e->role; c->dir = (int8_t)dir;
+    c->is_async = e->is_async; c->phase = (int8_t)phase;
     c->ncorr = (int8_t)ncorr;
     memcpy(c->corr, corr, sizeof(uint32_t) * (size_t)ncorr);
     c->has_stream = (int8_t)has_stream; c->stream = stream;
@@ -569,9 +568,8 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
     }
     if (no_wait) {
         uint32_t corr = d->correlationId;
-        PyObject *call = new_call(e, e->index, dir, e->is_async, &corr, 1, has_stream, stream,
-                                  no_site, 0, s_nothread, s_empty, 0, 0.0, has_ptrs, nbytes, src,
-                                  dst, 0);
+        PyObject *call = new_call(e, dir, &corr, 1, has_stream, stream, no_site, 0, s_nothread,
+                                  s_empty, 0, 0.0, has_ptrs, nbytes, src, dst, 0);
         int rc = call ? deliver(regions, call) : -1;
         Py_XDECREF(call); Py_DECREF(regions);
         if (rc < 0) goto error;
@@ -592,7 +590,7 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         goto error;
     }
     t->regions = regions; t->site = site; t->allows = allows; t->thread = thread;
-    t->entry = e; t->index = e->index; t->dir = dir; t->is_async = e->is_async; t->phase = phase;
+    t->entry = e; t->dir = dir; t->phase = phase;
     t->has_stream = has_stream; t->has_ptrs = has_ptrs;
     t->stream = stream; t->src = src; t->dst = dst; t->nbytes = nbytes;
     t->corr[0] = d->correlationId; t->ncorr = 1;
@@ -608,9 +606,9 @@ static void leave(ThreadState *t) {
     int64_t t1 = now_ns();
     /* microseconds to one decimal, as the Python callback's round((t1 - t0) / 1000, 1) */
     double blocked = (double)llround((double)(t1 - t->t0) / 100.0) / 10.0;
-    PyObject *call = new_call(t->entry, t->index, t->dir, t->is_async, t->corr, t->ncorr,
-                              t->has_stream, t->stream, t->site, t->phase, t->thread, t->allows,
-                              1, blocked, t->has_ptrs, t->nbytes, t->src, t->dst, t->t0);
+    PyObject *call = new_call(t->entry, t->dir, t->corr, t->ncorr, t->has_stream, t->stream,
+                              t->site, t->phase, t->thread, t->allows, 1, blocked, t->has_ptrs,
+                              t->nbytes, t->src, t->dst, t->t0);
     int64_t td = T0();
     int rc = call ? deliver(t->regions, call) : -1;
     TADD(P_DELIVER, td);
@@ -759,13 +757,13 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
         PyTuple_SET_ITEM(kinds, i, Py_NewRef(kind));
         i++;
     }
+    PyObject *name_tuple = PyTuple_Pack(3, apis, roles, kinds);
+    if (!name_tuple) goto fail;
+    Py_DECREF(apis); Py_DECREF(roles); Py_DECREF(kinds);
     memcpy(entries, fresh, sizeof entries);
     memcpy(ids, fresh_ids, sizeof ids);
     nids = (int)i;
-    PyObject *name_tuple = PyTuple_Pack(3, apis, roles, kinds);
-    if (!name_tuple) goto fail;
     Py_XSETREF(names_table, name_tuple); /* calls made before keep the table they were made under */
-    Py_XSETREF(api_names, apis); Py_XSETREF(kind_names, kinds); Py_XSETREF(role_names, roles);
     PyObject **slots[15] = {&regions_var, &allows_var, &backward_active, &py_callback, &compiling,
                             &code_cache, &code_class, &site_cache, &make_site, &thread_name,
                             &call_type, &no_site, &compile_tls, &thread_active, &dummy_thread};
