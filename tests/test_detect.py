@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import threading
+import sys
 import types
 import warnings
 from pathlib import Path
@@ -209,6 +210,8 @@ from syncguard.testing import marked_line  # noqa: E402
 from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CudaCall, CuptiHub,  # noqa: E402
                                       canonical, combine)
 from syncguard.detectors.hostmem import ByCorrelation, ByPointer  # noqa: E402
+from syncguard.detectors import cuda  # noqa: E402
+from syncguard.events import SyncEvent  # noqa: E402
 
 
 class FakeLib:
@@ -789,26 +792,34 @@ def test_drop_pinned_changes_nothing_combine_reports():
     def check(obs):
         asked: list = []
         memory = ByPointer(_PTRS)
-        kept = hub.fast.drop_pinned(
-            obs, lambda c, d: asked.append((c.src, c.dst, d)) or memory.host_kind(c, d))
+        kept = hub.fast.drop_pinned(obs, lambda ptrs: asked.append(ptrs) or memory.pinned(ptrs))
         assert combine(kept, ByPointer(_PTRS)) == combine(obs, ByPointer(_PTRS))
         dropped = [o for o in obs if not any(o is k for k in kept)]
         for o in dropped:
             i = next(i for i, x in enumerate(obs) if x is o)
             assert o.role == "copy" and o.is_async and o.direction in ("h2d", "d2h")
             assert _PTRS.get(o.host_ptr) == 2 and obs[i + 1].role == "copy"
-        assert len({(s, d) if dr == "h2d" else (d, s) for s, d, dr in asked}) <= len(asked)
+        # at most one question, each pointer in it once, and only candidates' pointers
+        assert len(asked) <= 1 and all(len(set(q)) == len(q) for q in asked)
+        cuda = [o.source == "cuda" for o in obs]
+        candidates = {o.host_ptr for i, (o, nxt) in enumerate(zip(obs, obs[1:]))
+                      if cuda[i] and cuda[i + 1] and o.role == "copy" and o.is_async
+                      and o.direction in ("h2d", "d2h") and o.host_ptr is not None
+                      and nxt.role == "copy"}
+        assert set(asked[0] if asked else ()) == candidates
         assert [o for o in obs if any(o is k for k in kept)] == kept  # order kept
 
     check()
     copy = lambda ptr: _obs("cudaMemcpyAsync", "copy", "h2d", True, src=ptr)  # noqa: E731
     run = [copy(0x7100) for _ in range(100)] + [copy(0x7000)]
     calls = []
-    kept = hub.fast.drop_pinned(run, lambda c, d: calls.append(c.src) or ByPointer(_PTRS).host_kind(c, d))
-    assert kept == run[-1:] and calls == [0x7100]  # 100 pinned copies dropped, asked once
+    kept = hub.fast.drop_pinned(run, lambda ptrs: calls.append(ptrs) or ByPointer(_PTRS).pinned(ptrs))
+    assert kept == run[-1:] and calls == [(0x7100,)]  # 100 pinned copies dropped, asked once
     assert hub.fast.drop_pinned(run[:1], None) is not None
     with pytest.raises(ZeroDivisionError):
-        hub.fast.drop_pinned(run, lambda c, d: 1 / 0)
+        hub.fast.drop_pinned(run, lambda ptrs: 1 / 0)
+    with pytest.raises(ValueError, match="answered 0 flags for 1 pointers"):
+        hub.fast.drop_pinned(run, lambda ptrs: ())
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
@@ -841,10 +852,11 @@ def test_the_c_callback_times_its_pieces_only_when_asked():
         hub.release(region)
     assert counts == {
         "callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2,
-        "ENTER: take the GIL": 1, "ENTER: keep the call (regions, phase, thread, site, allows)": 1,
-        "ENTER: the user's site (inside the above)": 1, "ENTER: release the GIL": 1,
-        "EXIT: take the GIL": 1, "EXIT: build the call and hand it over": 1,
-        "EXIT: hand it to the region(s) (inside the above)": 1, "EXIT: release the GIL": 1}
+        "ENTER: take the GIL": 1,
+        "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)": 1,
+        "ENTER: the user's site (inside the above)": 1,
+        "ENTER: hand it to the region(s) (inside the above)": 1, "ENTER: release the GIL": 1,
+        "EXIT: stamp the call's duration (no GIL)": 1}
     assert all(n == 0 for _, n in hub.fast.timing(False).values())
     assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [
         (1, 2), (3, 4), (5, 6)]
@@ -915,3 +927,105 @@ def test_no_region_outlives_its_exit_in_the_c_callbacks_memory(calls):
     del region, token
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_the_c_callback_hands_a_call_over_at_enter_and_stamps_its_duration_at_exit():
+    """The C callback builds a kept call at ENTER, hands it to the region then, and at EXIT only
+    writes its duration into it, without the GIL (fake libcupti, no GPU): in flight, the call is
+    already the region's with ``blocked_us`` None; a nested driver call adds its correlation id
+    to it; after EXIT it has a duration; and the thread's own hold on it ends when the hub
+    switches the callbacks off (its reference count drops by one)."""
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
+    hub.use_fast()
+    hub.acquire(region)
+    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=1, stream=0)
+    token = routing.regions.set((region,))
+    try:
+        _fire(hub, 2, 41, C.API_ENTER, 1, copy)
+        (call,) = region.observations
+        in_flight = (call.blocked_us, call.correlation)
+        _fire(hub, 1, 17, C.API_ENTER, 2)
+        _fire(hub, 1, 17, C.API_EXIT, 2)
+        _fire(hub, 2, 41, C.API_EXIT, 1, copy)
+    finally:
+        routing.regions.reset(token)
+    held = sys.getrefcount(call)
+    hub.release(region)
+    assert in_flight == (None, (1,)) and hub.fast.errors() == 0
+    assert region.observations == [call] and call.correlation == (1, 2)
+    assert isinstance(call.blocked_us, float) and call.blocked_us >= 0
+    assert sys.getrefcount(call) == held - 1
+
+
+def _any_calls():
+    """Random region observation sequences for combine (hand-built calls, no GPU): copies of
+    every direction (None: the call does not say), async or not, syncs, frees, on two lines, two
+    streams, two threads, with and without a duration, and other detectors' observations."""
+    from hypothesis import strategies as st
+
+    site = st.sampled_from([Site("f.py", 1, "f"), Site("f.py", 2, "f"), Site("g.py", 1, "g")])
+    common = dict(site=site, thread=st.sampled_from(["MainThread", "T2"]),
+                  blocked_us=st.sampled_from([None, 1.0, 2.5, 0.3]), corr=st.integers(1, 4),
+                  allows=st.sampled_from([(), ("a",)]))
+
+    def copy(api, direction, is_async, stream, src, dst, site, thread, blocked_us, corr, allows):
+        return CudaCall(api, "copy", None, direction, is_async, (corr,), stream, site, "run",
+                        thread, allows, blocked_us, 4, src, dst)
+
+    def sync(api, kind, stream, site, thread, blocked_us, corr, allows):
+        role = "free" if kind == "implicit_free" else "sync"
+        return CudaCall(api, role, kind, None, False, (corr,), stream, site, "compile" if corr == 4
+                        else "run", thread, allows, blocked_us)
+
+    ptrs = st.sampled_from([*_PTRS, 0x9999, None])
+    copies = st.builds(copy, st.sampled_from(["cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cudaMemcpy"]),
+                       st.sampled_from(["h2d", "d2h", "d2d", "h2h", None]), st.booleans(),
+                       st.sampled_from([0, 7, None]), ptrs, ptrs, **common)
+    syncs = st.builds(sync, st.sampled_from(["cudaStreamSynchronize"]), st.just("stream_sync"),
+                      st.sampled_from([0, 7, None]), **common)
+    devices = st.builds(sync, st.just("cudaDeviceSynchronize"), st.just("device_sync"), st.none(),
+                        **common)
+    frees = st.builds(sync, st.just("cudaFree"), st.just("implicit_free"), st.none(), **common)
+    debug = st.just(routing.Observation(source="debug", site=Site("f.py", 1, "f"),
+                                        thread="MainThread", kind="stream_sync"))
+    # a copy and a sync from one line and thread, as a blocking copy makes them (the pair that
+    # random draws rarely line up)
+    pairs = st.builds(lambda c, s: [c, s._replace(site=c.site, thread=c.thread)], copies, syncs)
+    one = st.one_of(copies, copies, syncs, devices, frees, debug).map(lambda o: [o])
+    return st.lists(st.one_of(one, one, pairs), max_size=10).map(lambda xs: sum(xs, []))
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_the_c_combine_reports_what_the_python_loop_reports():
+    """Random observation sequences (hand-built calls, no GPU), given to combine() as the C
+    callback's Calls (``_cuptifast.as_call``) with the C module, and as the Python callback's
+    CudaCalls without it: the same events, allows and notes, with host memory told by pointer
+    and by activity record. Expected values come from combine's Python loop. A region holding a
+    CudaCall (handed over by the Python callback) goes to the Python loop."""
+    from hypothesis import given, settings
+
+    hub = FakeHub(path="c")
+    hub.table.update({(1, 17): ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"],
+                      (2, 7): ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"],
+                      (2, 5): ("cudaFree",) + RUNTIME_APIS["cudaFree"],
+                      (2, 165): ("cudaDeviceSynchronize",) + RUNTIME_APIS["cudaDeviceSynchronize"]})
+    hub.use_fast()
+    records = {1: (1, 1, 3), 2: (2, 3, 2), 3: (1, 2, 3)}  # by correlation id; 4 has none
+
+    @settings(max_examples=500, deadline=None)
+    @given(_any_calls())
+    def check(obs):
+        calls = [hub.fast.as_call(o) if isinstance(o, CudaCall) else o for o in obs]
+        for memory in (lambda: ByPointer(_PTRS), lambda: ByCorrelation(records)):
+            want = combine(obs, memory())
+            assert combine(calls, memory(), hub.fast) == want
+            assert hub.fast.combine(calls, memory().host_kind, memory().direction, SyncEvent,
+                                    dict(cuda._SYNC_FIELDS), ("cuda",), cuda._C_KINDS) is not NotImplemented
+
+    check()
+    mixed = [hub.fast.as_call(_obs("cudaMemcpyAsync", "copy", "h2d", True)),
+             _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2, src=None, dst=None)]
+    assert hub.fast.combine(mixed, None, None, SyncEvent, {}, ("cuda",), cuda._C_KINDS) is NotImplemented
+    assert combine(mixed, ByPointer(_PTRS), hub.fast)[0][0][0].kind == "blocking_copy_h2d"

@@ -5,7 +5,9 @@
  * runtime call and the driver call under it, ENTER and EXIT), against ~100 us for the whole
  * sync-free merge it sits in (reports/gpu/2.11.0/overhead-*.md). Here a nested driver callback
  * costs a table lookup and a thread-local counter, without the GIL; a kept call takes the GIL
- * once at ENTER and once at EXIT.
+ * once, at ENTER, where it is built and handed to its region(s); its EXIT only stamps the
+ * call's duration into it, without the GIL (taking it again there was ~0.25 us per kept call
+ * on the H200's host: reports/probes/callback-pieces-384ab15/).
  *
  * Same rules as the Python callback (which stays, as the fallback where this module did not
  * build): only the outermost call of a thread is kept (a runtime call and the driver calls under
@@ -91,14 +93,15 @@ static long errors;
  * called (then a clock read per piece; two reads cost ~40 ns, so the pieces' sum is above the
  * untimed cost). Summed by the thread that ran the piece, without a lock: a probe times one
  * thread. */
-enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_SITE, P_ENTER_RELEASE, P_LEAVE_GIL, P_LEAVE,
-       P_DELIVER, P_LEAVE_RELEASE, NPIECES };
+enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_SITE, P_DELIVER, P_ENTER_RELEASE, P_LEAVE,
+       NPIECES };
 static const char *piece_names[NPIECES] = {
     "callback (every invocation, whole)", "nested driver callback (no GIL)",
-    "ENTER: take the GIL", "ENTER: keep the call (regions, phase, thread, site, allows)",
-    "ENTER: the user's site (inside the above)", "ENTER: release the GIL", "EXIT: take the GIL",
-    "EXIT: build the call and hand it over", "EXIT: hand it to the region(s) (inside the above)",
-    "EXIT: release the GIL"};
+    "ENTER: take the GIL",
+    "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)",
+    "ENTER: the user's site (inside the above)",
+    "ENTER: hand it to the region(s) (inside the above)", "ENTER: release the GIL",
+    "EXIT: stamp the call's duration (no GIL)"};
 static int timing_on;
 static int64_t piece_ns[NPIECES];
 static long piece_n[NPIECES];
@@ -106,14 +109,15 @@ static int64_t now_ns(void);
 #define T0() (timing_on ? now_ns() : 0)
 #define TADD(i, t0) do { if (timing_on) { piece_ns[i] += now_ns() - (t0); piece_n[i]++; } } while (0)
 
+struct Call;
 typedef struct {
     long gen;
-    const Entry *entry; /* the kept call's table entry */
-    int depth, mode, dir, ncorr, phase, has_stream, has_ptrs;
-    uint32_t corr[MAXCORR];
-    uint64_t stream, src, dst, nbytes;
-    int64_t t0;
-    PyObject *regions, *allows, *site, *thread; /* owned while MODE_KEPT */
+    int depth, mode;
+    /* the thread's last kept call (owned): in flight while MODE_KEPT, when EXIT stamps its
+     * duration into it without the GIL; after that, only held until this thread next takes the
+     * GIL in a callback, or forget(), since letting it go needs the GIL (a thread that ends
+     * first never lets go of it: one small object per such thread, holding no region) */
+    struct Call *call;
     PyObject *name; /* the thread's name, read once per subscription (a rename inside one
                        region is seen from the next region on) */
     long name_gen;
@@ -133,8 +137,9 @@ static int memcpy_dir(int kind) {
     }
 }
 
-static void clear_kept(ThreadState *t) {
-    Py_CLEAR(t->regions); Py_CLEAR(t->allows); Py_CLEAR(t->site); Py_CLEAR(t->thread);
+static void clear_kept(ThreadState *t) { /* with the GIL */
+    Py_CLEAR(t->call);
+    t->mode = MODE_IDLE;
 }
 
 /* A code object's class, kept in C once attribution has cached it: the Python dict lookup needs
@@ -316,12 +321,12 @@ done:
 
 /* A kept call as the C callback hands it to the region: cudacalls.CudaCall's fields under the
  * same names, read as attributes, with the numbers kept as C values until one is read. A
- * CudaCall (a tuple of 16 Python objects) made nine objects per copy at EXIT: ~0.8 us of the
+ * CudaCall (a tuple of 16 Python objects) made nine objects per copy: ~0.8 us of the
  * ~3.2 us a sync-free merge spent in the callback on the H200's host
  * (reports/probes/callback-pieces-384ab15/). A copy that drop_pinned leaves out is now read
- * without making any. The Python callback still makes CudaCalls; combine and hostmem read both
- * by attribute. */
-typedef struct {
+ * without making any. The Python callback still makes CudaCalls; combine's Python loop and
+ * hostmem read both by attribute, _cuptifast.combine and drop_pinned read Calls raw. */
+typedef struct Call {
     PyObject_HEAD
     PyObject *names;                 /* (apis, roles, kinds) of the table it was made under */
     PyObject *site, *allows, *thread;
@@ -467,6 +472,9 @@ static PyObject *last_regions, *last_lists;
 static void forget(void) {
     Py_CLEAR(last_regions);
     Py_CLEAR(last_lists);
+    /* and this thread's last call (the one that switches callbacks off has none in flight);
+     * another thread's stays held until that thread's next callback (it holds no region) */
+    if (T.mode != MODE_KEPT) Py_CLEAR(T.call);
 }
 
 static int deliver(PyObject *regions, PyObject *call) {
@@ -589,32 +597,36 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
         goto error;
     }
-    t->regions = regions; t->site = site; t->allows = allows; t->thread = thread;
-    t->entry = e; t->dir = dir; t->phase = phase;
-    t->has_stream = has_stream; t->has_ptrs = has_ptrs;
-    t->stream = stream; t->src = src; t->dst = dst; t->nbytes = nbytes;
-    t->corr[0] = d->correlationId; t->ncorr = 1;
+    /* handed over now, in the order this thread's calls begin (the only calls kept are the
+     * outermost, so that is the order they end in too); EXIT stamps the duration */
+    uint32_t corr = d->correlationId;
+    PyObject *call = new_call(e, dir, &corr, 1, has_stream, stream, site, phase, thread, allows,
+                              0, 0.0, has_ptrs, nbytes, src, dst, 0);
+    Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread);
+    int64_t td = T0();
+    int rc = call ? deliver(regions, call) : -1;
+    TADD(P_DELIVER, td);
+    Py_DECREF(regions);
+    if (rc < 0) { Py_XDECREF(call); goto error; }
+    t->call = (Call *)call;
     t->mode = MODE_KEPT;
-    t->t0 = now_ns();
+    t->call->t0 = now_ns();
     return;
 error:
     errors++;
     PyErr_Clear();
 }
 
+/* The kept call's EXIT, without the GIL: only C fields of the call this thread holds are
+ * written. The call is already in its regions' lists; nothing there reads it before the
+ * region's exit, which comes after the call returned (the same thread), or while another
+ * thread's region would see it unfinished (blocked_us None) either way. */
 static void leave(ThreadState *t) {
+    Call *c = t->call;
     int64_t t1 = now_ns();
     /* microseconds to one decimal, as the Python callback's round((t1 - t0) / 1000, 1) */
-    double blocked = (double)llround((double)(t1 - t->t0) / 100.0) / 10.0;
-    PyObject *call = new_call(t->entry, t->dir, t->corr, t->ncorr, t->has_stream, t->stream,
-                              t->site, t->phase, t->thread, t->allows, 1, blocked, t->has_ptrs,
-                              t->nbytes, t->src, t->dst, t->t0);
-    int64_t td = T0();
-    int rc = call ? deliver(t->regions, call) : -1;
-    TADD(P_DELIVER, td);
-    Py_XDECREF(call);
-    clear_kept(t);
-    if (rc < 0) { errors++; PyErr_Clear(); }
+    c->blocked = (double)llround((double)(t1 - c->t0) / 100.0) / 10.0;
+    c->has_blocked = 1;
 }
 
 #if PY_VERSION_HEX >= 0x030D0000
@@ -630,7 +642,7 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
     if (!e->used) return;
     ThreadState *t = &T;
     if (t->gen != generation) { /* state from before a park or a new subscription: stale */
-        if (t->mode == MODE_KEPT) {
+        if (t->call) {
             PyGILState_STATE g = PyGILState_Ensure();
             clear_kept(t);
             PyGILState_Release(g);
@@ -641,8 +653,10 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
     if (d->callbackSite == 0) { /* CUPTI_API_ENTER */
         int depth = t->depth++;
         if (depth) { /* a driver call under the runtime call: the same wait, the same event */
-            if (t->mode == MODE_KEPT && t->ncorr < MAXCORR) t->corr[t->ncorr++] = d->correlationId;
-            else if (t->mode == MODE_PYTHON) {
+            if (t->mode == MODE_KEPT) {
+                Call *c = t->call; /* a C field of the call this thread holds: no GIL needed */
+                if (c->ncorr < MAXCORR) c->corr[c->ncorr++] = d->correlationId;
+            } else if (t->mode == MODE_PYTHON) {
                 PyGILState_STATE g = PyGILState_Ensure();
                 forward(userdata, domain, cbid, d);
                 PyGILState_Release(g);
@@ -650,10 +664,10 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             TADD(P_NESTED, t0);
             return;
         }
-        t->mode = MODE_IDLE;
         PyGILState_STATE g = PyGILState_Ensure();
         TADD(P_ENTER_GIL, t0);
         int64_t t1 = T0();
+        clear_kept(t); /* the last call, done: let go now that the GIL is held */
         enter(t, e, domain, cbid, d);
         TADD(P_ENTER, t1);
         int64_t t2 = T0();
@@ -674,14 +688,8 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             return;
         }
         t->mode = MODE_IDLE;
-        PyGILState_STATE g = PyGILState_Ensure();
-        TADD(P_LEAVE_GIL, t0);
-        int64_t t1 = T0();
         leave(t);
-        TADD(P_LEAVE, t1);
-        int64_t t2 = T0();
-        PyGILState_Release(g);
-        TADD(P_LEAVE_RELEASE, t2);
+        TADD(P_LEAVE, t0);
     }
 }
 
@@ -929,78 +937,109 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* drop_pinned(observations, host_kind) -> list: the region's observations without the async
+/* drop_pinned(observations, pinned) -> list: the region's observations without the async
  * host<->device copies that cannot become an event in detectors.cuda.combine, so that its Python
  * loop, which runs once per observation with caches cold at region exit, skips them (100 merges:
  * 100 pinned copies, ~1 us each on the H200's host). Such a copy is one whose next cuda
  * observation is a copy too (combine pairs an async copy only with the call right after it, and a
- * copy ends the pairing) and whose host memory host_kind(call, direction) names "pinned" (an
- * unpaired pinned copy made the host wait for nothing). Anything else is kept, as is every
- * observation that neither callback made, which also ends a candidate's run (kept: combine decides).
- * host_kind is ByPointer's (an answer per pointer): it is asked once per pointer here. Returns
- * the same list when nothing is dropped. */
-#define PIN_CACHE 16
-static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
-    PyObject *given, *host_kind;
-    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &host_kind)) return NULL;
-    if (PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
-    /* a copy: host_kind is Python, and nothing it does to the given list may move what we read */
-    PyObject *obs = PyList_GetSlice(given, 0, PY_SSIZE_T_MAX);
-    if (!obs) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, dropped = 0;
-    char *drop = PyMem_Calloc((size_t)n, 1);
-    if (!drop) { Py_DECREF(obs); return PyErr_NoMemory(); }
-    struct { unsigned long long ptr; int pinned; } seen[PIN_CACHE];
-    int nseen = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *o = PyList_GET_ITEM(obs, i);
-        int is_copy, async_host = 0; /* a copy; an async host<->device one with its host pointer */
-        if (Py_IS_TYPE(o, &CallType)) { /* the C callback's: read as C values */
-            const Call *k = (const Call *)o;
-            is_copy = k->role == ROLE_COPY;
-            async_host = is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
-                                                    (k->dir == DIR_D2H && k->has_dst));
-        } else if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { /* the Python callback's */
-            PyObject *role = PyTuple_GET_ITEM(o, 1), *dir = PyTuple_GET_ITEM(o, 3);
-            is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
-            if (is_copy && PyTuple_GET_ITEM(o, 4) == Py_True && PyUnicode_Check(dir)) {
-                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
-                int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
-                async_host = (h2d || d2h) && PyLong_Check(PyTuple_GET_ITEM(o, h2d ? 13 : 14));
-            }
-        } else { /* another detector's: ends a candidate's run, kept */
-            cand = -1;
-            continue;
+ * copy ends the pairing) and whose host memory is pinned (an unpaired pinned copy made the host
+ * wait for nothing). Anything else is kept, as is every observation that neither callback made,
+ * which also ends a candidate's run (kept: combine decides). The candidates' distinct host
+ * pointers are found first and asked in one question, pinned(pointers) -> flags (ByPointer's:
+ * one batch for the runtime, where a question per pointer from here cost ~0.65 us per copy of
+ * 100 merges on the H200's host, reports/gpu/2.11.0/overhead-2.11.0.json). Returns the same list
+ * when nothing is dropped. */
+static int read_obs(PyObject *o, int *is_copy, int *async_host, unsigned long long *key) {
+    /* 1: a call of either callback (is_copy, async_host and its host pointer set); 0: another
+     * detector's observation; -1: error */
+    *is_copy = *async_host = 0;
+    if (Py_IS_TYPE(o, &CallType)) { /* the C callback's: read as C values */
+        const Call *k = (const Call *)o;
+        *is_copy = k->role == ROLE_COPY;
+        *async_host = *is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
+                                                  (k->dir == DIR_D2H && k->has_dst));
+        *key = k->dir == DIR_H2D ? k->src : k->dst;
+        return 1;
+    }
+    if (!call_type || !PyObject_TypeCheck(o, (PyTypeObject *)call_type)) return 0;
+    PyObject *role = PyTuple_GET_ITEM(o, 1), *dir = PyTuple_GET_ITEM(o, 3); /* the Python callback's */
+    *is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
+    if (*is_copy && PyTuple_GET_ITEM(o, 4) == Py_True && PyUnicode_Check(dir)) {
+        int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
+        int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
+        PyObject *ptr = PyTuple_GET_ITEM(o, h2d ? 13 : 14);
+        if ((h2d || d2h) && PyLong_Check(ptr)) {
+            *key = PyLong_AsUnsignedLongLong(ptr);
+            if (PyErr_Occurred()) return -1;
+            *async_host = 1;
         }
-        if (is_copy && cand >= 0) { /* the candidate is not paired: pinned? */
-            PyObject *c = PyList_GET_ITEM(obs, cand);
-            unsigned long long key;
-            PyObject *dir;
-            if (Py_IS_TYPE(c, &CallType)) {
-                const Call *k = (const Call *)c;
-                key = k->dir == DIR_H2D ? k->src : k->dst;
-                dir = s_dir[k->dir];
-            } else {
-                dir = PyTuple_GET_ITEM(c, 3);
-                int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
-                key = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(c, h2d ? 13 : 14));
-                if (PyErr_Occurred()) goto fail;
-            }
-            int pinned = -1;
-            for (int k = 0; k < nseen; k++)
-                if (seen[k].ptr == key) { pinned = seen[k].pinned; break; }
-            if (pinned < 0) {
-                PyObject *name = PyObject_CallFunctionObjArgs(host_kind, c, dir, NULL);
-                if (!name) goto fail;
-                pinned = PyUnicode_Check(name) && PyUnicode_CompareWithASCIIString(name, "pinned") == 0;
-                Py_DECREF(name);
-                if (nseen < PIN_CACHE) { seen[nseen].ptr = key; seen[nseen].pinned = pinned; nseen++; }
-            }
-            if (pinned) { drop[cand] = 1; dropped++; }
+    }
+    return 1;
+}
+
+
+static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
+    PyObject *given, *pinned_fn;
+    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &pinned_fn)) return NULL;
+    if (PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
+    /* a copy: pinned() is Python, and nothing it does to the given list may move what we read */
+    PyObject *obs = PyList_GetSlice(given, 0, PY_SSIZE_T_MAX), *out = NULL, *flags = NULL,
+             *ptrs = NULL;
+    if (!obs) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, nptr = 0, dropped = 0, nslots = 4;
+    while (nslots < 2 * n) nslots *= 2;
+    char *drop = PyMem_Calloc((size_t)n, 1);
+    unsigned long long *keys = PyMem_Calloc((size_t)n, sizeof *keys),
+                       *uniq = PyMem_Calloc((size_t)n, sizeof *uniq);
+    /* which[i]: candidate i's pointer's place in uniq; slots: pointer -> place + 1 (0: empty) */
+    Py_ssize_t *which = PyMem_Calloc((size_t)n, sizeof *which),
+               *slots = PyMem_Calloc((size_t)nslots, sizeof *slots);
+    if (!drop || !keys || !uniq || !which || !slots) { PyErr_NoMemory(); goto done; }
+    /* pass 1: the candidates (marked in drop[] for now) and their distinct host pointers */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int is_copy, async_host;
+        unsigned long long key = 0;
+        int r = read_obs(PyList_GET_ITEM(obs, i), &is_copy, &async_host, &key);
+        if (r < 0) goto done;
+        if (r == 0) { cand = -1; continue; } /* another detector's: ends a candidate's run */
+        if (is_copy && cand >= 0) {
+            unsigned long long k = keys[cand];
+            size_t h = (size_t)((k >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (size_t)(nslots - 1);
+            while (slots[h] && uniq[slots[h] - 1] != k) h = (h + 1) & (size_t)(nslots - 1);
+            if (!slots[h]) { uniq[nptr++] = k; slots[h] = nptr; }
+            which[cand] = slots[h] - 1;
+            drop[cand] = 1;
         }
         cand = async_host ? i : -1;
+        keys[i] = key;
     }
-    PyObject *out;
+    if (!nptr) { out = Py_NewRef(given); goto done; }
+    /* one question for every distinct pointer */
+    ptrs = PyTuple_New(nptr);
+    for (Py_ssize_t i = 0; ptrs && i < nptr; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(uniq[i]);
+        if (!v) { Py_CLEAR(ptrs); break; }
+        PyTuple_SET_ITEM(ptrs, i, v);
+    }
+    if (!ptrs) goto done;
+    PyObject *answer = PyObject_CallOneArg(pinned_fn, ptrs);
+    if (!answer) goto done;
+    flags = PySequence_Fast(answer, "pinned() must return a sequence of flags");
+    Py_DECREF(answer);
+    if (!flags) goto done;
+    if (PySequence_Fast_GET_SIZE(flags) != nptr) {
+        PyErr_Format(PyExc_ValueError, "pinned() answered %zd flags for %zd pointers",
+                     PySequence_Fast_GET_SIZE(flags), nptr);
+        goto done;
+    }
+    /* pass 2: a candidate is dropped when its pointer is pinned */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!drop[i]) continue;
+        int yes = PyObject_IsTrue(PySequence_Fast_GET_ITEM(flags, which[i]));
+        if (yes < 0) goto done;
+        drop[i] = (char)yes;
+        dropped += yes;
+    }
     if (!dropped) {
         out = Py_NewRef(given);
     } else {
@@ -1008,13 +1047,285 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0, j = 0; out && i < n; i++)
             if (!drop[i]) PyList_SET_ITEM(out, j++, Py_NewRef(PyList_GET_ITEM(obs, i)));
     }
-    PyMem_Free(drop);
+done:
+    PyMem_Free(drop); PyMem_Free(keys); PyMem_Free(uniq); PyMem_Free(which); PyMem_Free(slots);
+    Py_XDECREF(flags); Py_XDECREF(ptrs);
     Py_DECREF(obs);
     return out;
-fail:
-    PyMem_Free(drop);
-    Py_DECREF(obs);
-    return NULL;
+}
+
+/* ---- combine: a region's calls into events, in C ----------------------------------------------
+ *
+ * detectors.cuda.combine's loop, for a region whose cuda observations are all this module's
+ * Calls (any other callback's, or an observation claiming source "cuda" that is neither, and it
+ * answers NotImplemented: the Python loop decides). Same rules, read from the Calls' C fields; the
+ * events are SyncEvents built as SyncEvent.at builds them (its __dict__ filled from the fields'
+ * defaults, then the event's own values), without a Python frame per event. On the H200's host
+ * 2.8.0's 100 merges (each a pageable copy and a stream sync) left 100 events to build at exit:
+ * ~2.5 us each in Python (reports/gpu/2.8.0/overhead-2.8.0.json). host_kind(call, direction) and
+ * direction(call) are the memory's (hostmem.ByPointer or ByCorrelation), called only where the
+ * Python loop calls them. */
+typedef struct {
+    PyObject *type, *defaults, *detectors, *kinds[5]; /* borrowed, from the arguments */
+    PyObject *site, *filename, *lineno, *function, *stack; /* the last site read (owned) */
+    PyObject *host_kind, *direction, *events;
+    long unknown, undirected;
+} Combine;
+enum { K_COPY_H2D, K_COPY_D2H, K_PAGEABLE, K_STREAM_SYNC, K_FREE };
+static PyObject *s_api, *s_kind, *s_filename, *s_lineno, *s_function, *s_stack, *s_thread,
+                *s_host_blocked_us, *s_detectors, *s_phase_key, *s_source, *s_pinned, *s_pageable;
+
+static void combine_clear(Combine *m) {
+    Py_CLEAR(m->site); Py_CLEAR(m->filename); Py_CLEAR(m->lineno); Py_CLEAR(m->function);
+    Py_CLEAR(m->stack);
+}
+
+static int read_site(Combine *m, PyObject *site) {
+    if (site == m->site) return 0;
+    combine_clear(m);
+    m->site = Py_NewRef(site);
+    m->filename = PyObject_GetAttr(site, s_filename);
+    m->lineno = m->filename ? PyObject_GetAttr(site, s_lineno) : NULL;
+    m->function = m->lineno ? PyObject_GetAttr(site, s_function) : NULL;
+    m->stack = m->function ? PyObject_GetAttr(site, s_stack) : NULL;
+    if (!m->stack) { combine_clear(m); return -1; }
+    return 0;
+}
+
+static int same(PyObject *a, PyObject *b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
+
+/* (SyncEvent.at(c.site, api, kind, c.thread, blocked, detectors, c.phase), c.allows, None)
+ * appended to the events; blocked NULL: the call's own */
+static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked) {
+    PyObject *api = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->index);
+    if (read_site(m, c->site) < 0) return -1;
+    PyObject *ev = ((PyTypeObject *)m->type)->tp_new((PyTypeObject *)m->type, s_empty, NULL);
+    if (!ev) return -1;
+    PyObject *d = PyObject_GenericGetDict(ev, NULL), *own = NULL;
+    int rc = -1;
+    if (!d || PyDict_Update(d, m->defaults) < 0) goto out;
+    if (!blocked) blocked = own = c->has_blocked ? PyFloat_FromDouble(c->blocked) : Py_NewRef(Py_None);
+    if (!blocked) goto out;
+    if (PyDict_SetItem(d, s_api, api) < 0 || PyDict_SetItem(d, s_kind, kind) < 0 ||
+        PyDict_SetItem(d, s_filename, m->filename) < 0 || PyDict_SetItem(d, s_lineno, m->lineno) < 0 ||
+        PyDict_SetItem(d, s_function, m->function) < 0 || PyDict_SetItem(d, s_stack, m->stack) < 0 ||
+        PyDict_SetItem(d, s_thread, c->thread) < 0 ||
+        PyDict_SetItem(d, s_host_blocked_us, blocked) < 0 ||
+        PyDict_SetItem(d, s_detectors, m->detectors) < 0 ||
+        PyDict_SetItem(d, s_phase_key, s_phase[c->phase]) < 0)
+        goto out;
+    PyObject *item = PyTuple_Pack(3, ev, c->allows, Py_None);
+    if (!item) goto out;
+    rc = PyList_Append(m->events, item);
+    Py_DECREF(item);
+out:
+    Py_XDECREF(own); Py_XDECREF(d); Py_DECREF(ev);
+    return rc;
+}
+
+/* 1 pinned, 2 pageable, 3 something else, 0 nothing says; -1 error */
+static int host_memory(Combine *m, const Call *c, int dir) {
+    PyObject *name = PyObject_CallFunctionObjArgs(m->host_kind, (PyObject *)c, s_dir[dir], NULL);
+    if (!name) return -1;
+    int r = name == Py_None ? 0 : same(name, s_pinned) == 1 ? 1 : same(name, s_pageable) == 1 ? 2 : 3;
+    Py_DECREF(name);
+    return PyErr_Occurred() ? -1 : r;
+}
+
+/* combine's unpaired(): an async copy no stream sync completed waited only if pageable */
+static int unpaired(Combine *m, const Call *c, int dir) {
+    int host = host_memory(m, c, dir);
+    if (host < 0) return -1;
+    if (host == 2 && add_event(m, c, m->kinds[K_PAGEABLE], NULL) < 0) return -1;
+    if (host == 0) m->unknown++;
+    return 0;
+}
+
+static int is_kind(const Call *c, PyObject *kind) {
+    PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 2), c->index);
+    return k == kind || (PyUnicode_Check(k) && PyUnicode_Compare(k, kind) == 0);
+}
+
+static int combine_loop(Combine *m, PyObject *obs) {
+    Py_ssize_t n = PyList_GET_SIZE(obs);
+    const Call *pending = NULL;
+    int pending_dir = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(obs, i);
+        if (!Py_IS_TYPE(o, &CallType)) {
+            if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) return 1;
+            PyObject *src = PyObject_GetAttr(o, s_source);
+            if (!src) return -1;
+            int cuda = same(src, s_cuda);
+            Py_DECREF(src);
+            if (cuda) return cuda < 0 ? -1 : 1; /* a cuda observation of a kind not known here */
+            continue;
+        }
+        const Call *c = (const Call *)o;
+        if (c->role == ROLE_COPY) {
+            if (pending) {
+                int host = host_memory(m, pending, pending_dir);
+                if (host < 0 || (host != 1 && unpaired(m, pending, pending_dir) < 0)) return -1;
+                pending = NULL;
+            }
+            int dir = c->dir;
+            if (!dir) {
+                PyObject *d = PyObject_CallOneArg(m->direction, o);
+                if (!d) return -1;
+                for (int k = 1; k < 5; k++) if (same(d, s_dir[k]) == 1) { dir = k; break; }
+                int none = d == Py_None;
+                Py_DECREF(d);
+                if (PyErr_Occurred()) return -1;
+                if (none) { m->undirected++; continue; }
+            }
+            if (dir == DIR_H2D || dir == DIR_D2H) {
+                if (c->is_async) { pending = c; pending_dir = dir; }
+                else if (add_event(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H], NULL) < 0)
+                    return -1;
+            }
+            continue; /* d2d, h2h, p2p: the host does not wait for these */
+        }
+        if (pending) {
+            const Call *p = pending;
+            pending = NULL;
+            int pair = is_kind(c, m->kinds[K_STREAM_SYNC]);
+            if (pair) pair = !(p->has_stream && p->stream) || !(c->has_stream && c->stream) ||
+                             p->stream == c->stream;
+            if (pair && p->site != c->site) {
+                if (read_site(m, p->site) < 0) return -1;
+                PyObject *f = Py_NewRef(m->filename), *l = Py_NewRef(m->lineno);
+                int ok = read_site(m, c->site);
+                pair = ok < 0 ? -1 : same(f, m->filename);
+                if (pair == 1) pair = same(l, m->lineno);
+                Py_DECREF(f); Py_DECREF(l);
+                if (pair < 0) return -1;
+            }
+            if (pair) pair = same(p->thread, c->thread);
+            if (pair < 0) return -1;
+            if (pair) {
+                /* both in tenths of a microsecond, summed as integers, as combine does */
+                double b = (double)(llround((c->has_blocked ? c->blocked : 0) * 10) +
+                                    llround((p->has_blocked ? p->blocked : 0) * 10)) / 10;
+                PyObject *blocked = PyFloat_FromDouble(b);
+                int rc = blocked ? add_event(m, c, m->kinds[pending_dir == DIR_H2D ? K_COPY_H2D
+                                                                                 : K_COPY_D2H],
+                                             blocked) : -1;
+                Py_XDECREF(blocked);
+                if (rc < 0) return -1;
+                continue;
+            }
+            if (unpaired(m, p, pending_dir) < 0) return -1;
+        }
+        PyObject *kind = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 2), c->index);
+        Py_ssize_t ne = PyList_GET_SIZE(m->events);
+        if (ne && is_kind(c, m->kinds[K_FREE])) { /* one empty_cache() frees several segments */
+            PyObject *prev = PyList_GET_ITEM(m->events, ne - 1), *ev = PyTuple_GET_ITEM(prev, 0);
+            PyObject *d = PyObject_GenericGetDict(ev, NULL);
+            if (!d) return -1;
+            PyObject *pk = PyDict_GetItemWithError(d, s_kind), *pf = PyDict_GetItemWithError(d, s_filename),
+                     *pl = PyDict_GetItemWithError(d, s_lineno), *pb = PyDict_GetItemWithError(d, s_host_blocked_us);
+            int merge = pk && pf && pl && same(pk, m->kinds[K_FREE]) == 1 && read_site(m, c->site) == 0 &&
+                        same(pf, m->filename) == 1 && same(pl, m->lineno) == 1 &&
+                        same(PyTuple_GET_ITEM(prev, 1), c->allows) == 1;
+            if (merge) { /* nobody holds the event but this list: updated in place */
+                double total = (pb && pb != Py_None ? PyFloat_AsDouble(pb) : 0) +
+                               (c->has_blocked ? c->blocked : 0);
+                PyObject *v = PyFloat_FromDouble((double)llround(total * 10) / 10);
+                int rc = v ? PyDict_SetItem(d, s_host_blocked_us, v) : -1;
+                Py_XDECREF(v);
+                Py_DECREF(d);
+                if (rc < 0) return -1;
+                continue;
+            }
+            Py_DECREF(d);
+            if (PyErr_Occurred()) return -1;
+        }
+        if (add_event(m, c, kind, NULL) < 0) return -1;
+    }
+    if (pending && unpaired(m, pending, pending_dir) < 0) return -1;
+    return 0;
+}
+
+static PyObject *fn_combine(PyObject *self, PyObject *args) {
+    /* combine(observations, host_kind, direction, event_type, defaults, detectors, kinds) ->
+     * (events, unknown, undirected), or NotImplemented; kinds: (blocking H2D copy, blocking D2H
+     * copy, pageable copy, stream sync, implicit free) as events.py names them */
+    Combine m = {0};
+    PyObject *obs, *kinds;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!O!O!", &PyList_Type, &obs, &m.host_kind, &m.direction,
+                          &PyType_Type, &m.type, &PyDict_Type, &m.defaults, &PyTuple_Type,
+                          &m.detectors, &PyTuple_Type, &kinds))
+        return NULL;
+    if (PyTuple_GET_SIZE(kinds) != 5) {
+        PyErr_SetString(PyExc_ValueError, "combine: kinds must name 5 kinds");
+        return NULL;
+    }
+    for (int k = 0; k < 5; k++) m.kinds[k] = PyTuple_GET_ITEM(kinds, k);
+    /* a copy: host_kind and direction are Python, and may not move what we read */
+    PyObject *own = PyList_GetSlice(obs, 0, PY_SSIZE_T_MAX);
+    m.events = own ? PyList_New(0) : NULL;
+    int rc = m.events ? combine_loop(&m, own) : -1;
+    combine_clear(&m);
+    Py_XDECREF(own);
+    if (rc != 0) {
+        Py_XDECREF(m.events);
+        return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    return Py_BuildValue("(Nll)", m.events, m.unknown, m.undirected);
+}
+
+/* as_call(cudacall) -> Call: the Call the C callback makes for the call a CudaCall describes
+ * (its api one of the configured table's, with that entry's role and kind), so that tests and
+ * tools can hand combine and drop_pinned the objects a real region holds. */
+static PyObject *fn_as_call(PyObject *self, PyObject *arg) {
+    if (!call_type || !PyObject_TypeCheck(arg, (PyTypeObject *)call_type) || !names_table) {
+        PyErr_SetString(PyExc_TypeError, "as_call: a CudaCall, after configure()");
+        return NULL;
+    }
+    PyObject *apis = PyTuple_GET_ITEM(names_table, 0), *roles = PyTuple_GET_ITEM(names_table, 1),
+             *kinds = PyTuple_GET_ITEM(names_table, 2);
+    Py_ssize_t index = -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(apis); i++) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(apis, i), PyTuple_GET_ITEM(arg, 0), Py_EQ);
+        if (eq < 0) return NULL;
+        if (eq && same(PyTuple_GET_ITEM(roles, i), PyTuple_GET_ITEM(arg, 1)) == 1 &&
+            same(PyTuple_GET_ITEM(kinds, i), PyTuple_GET_ITEM(arg, 2)) == 1) { index = i; break; }
+    }
+    if (index < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "as_call: no table entry for %R with that role and kind",
+                         PyTuple_GET_ITEM(arg, 0));
+        return NULL;
+    }
+    Entry e = {.used = 1, .index = (int16_t)index, .is_async = 0};
+    PyObject *role = PyTuple_GET_ITEM(arg, 1);
+    e.role = PyUnicode_CompareWithASCIIString(role, "sync") == 0 ? ROLE_SYNC
+           : PyUnicode_CompareWithASCIIString(role, "copy") == 0 ? ROLE_COPY : ROLE_FREE;
+    e.is_async = (int8_t)PyObject_IsTrue(PyTuple_GET_ITEM(arg, 4));
+    int dir = 0;
+    for (int k = 1; k < 5; k++) if (same(PyTuple_GET_ITEM(arg, 3), s_dir[k]) == 1) dir = k;
+    PyObject *corr_seq = PySequence_Fast(PyTuple_GET_ITEM(arg, 5), "as_call: correlation ids");
+    if (!corr_seq) return NULL;
+    uint32_t corr[MAXCORR];
+    int ncorr = (int)(PySequence_Fast_GET_SIZE(corr_seq) < MAXCORR ? PySequence_Fast_GET_SIZE(corr_seq) : MAXCORR);
+    for (int k = 0; k < ncorr; k++) corr[k] = (uint32_t)PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(corr_seq, k));
+    Py_DECREF(corr_seq);
+    PyObject *stream = PyTuple_GET_ITEM(arg, 6), *phase = PyTuple_GET_ITEM(arg, 8),
+             *blocked = PyTuple_GET_ITEM(arg, 11), *nbytes = PyTuple_GET_ITEM(arg, 12),
+             *src = PyTuple_GET_ITEM(arg, 13), *dst = PyTuple_GET_ITEM(arg, 14);
+    int ph = 0;
+    for (int k = 0; k < 3; k++) if (same(phase, s_phase[k]) == 1) ph = k;
+    #define U64(o) ((o) == Py_None ? 0ULL : PyLong_AsUnsignedLongLong(o))
+    uint64_t st = U64(stream), nb = U64(nbytes), sp = U64(src), dp = U64(dst);
+    #undef U64
+    double b = blocked == Py_None ? 0.0 : PyFloat_AsDouble(blocked);
+    if (PyErr_Occurred()) return NULL;
+    Call *c = (Call *)new_call(&e, dir, corr, ncorr, stream != Py_None, st, PyTuple_GET_ITEM(arg, 7),
+                               ph, PyTuple_GET_ITEM(arg, 9), PyTuple_GET_ITEM(arg, 10),
+                               blocked != Py_None, b, nbytes != Py_None || src != Py_None || dst != Py_None,
+                               nb, sp, dp, 0);
+    if (c) { c->has_src = src != Py_None; c->has_dst = dst != Py_None; c->has_nbytes = nbytes != Py_None; }
+    return (PyObject *)c;
 }
 
 static PyMethodDef methods[] = {
@@ -1034,7 +1345,11 @@ static PyMethodDef methods[] = {
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
     {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
     {"drop_pinned", fn_drop_pinned, METH_VARARGS,
-     "drop_pinned(observations, host_kind) -> observations less the pinned copies no sync pairs"},
+     "drop_pinned(observations, pinned) -> observations less the pinned copies no sync pairs"},
+    {"combine", fn_combine, METH_VARARGS,
+     "combine(observations, host_kind, direction, event_type, defaults, detectors, kinds) -> "
+     "(events, unknown, undirected), or NotImplemented where a call is not this module's"},
+    {"as_call", fn_as_call, METH_O, "as_call(cudacall) -> the Call the C callback makes for it"},
     {"pointer_types", fn_pointer_types, METH_VARARGS,
      "pointer_types(cudaPointerGetAttributes, cudaGetLastError, addresses) -> types (-1: failed)"},
     {NULL, NULL, 0, NULL}};
@@ -1058,6 +1373,17 @@ PyMODINIT_FUNC PyInit__cuptifast(void) {
     s_nothread = PyUnicode_InternFromString("");
     s_dict = PyUnicode_InternFromString("__dict__");
     s_compile_context = PyUnicode_InternFromString("compile_context");
+    s_api = PyUnicode_InternFromString("api"); s_kind = PyUnicode_InternFromString("kind");
+    s_filename = PyUnicode_InternFromString("filename");
+    s_lineno = PyUnicode_InternFromString("lineno");
+    s_function = PyUnicode_InternFromString("function");
+    s_stack = PyUnicode_InternFromString("stack"); s_thread = PyUnicode_InternFromString("thread");
+    s_host_blocked_us = PyUnicode_InternFromString("host_blocked_us");
+    s_detectors = PyUnicode_InternFromString("detectors");
+    s_phase_key = PyUnicode_InternFromString("phase");
+    s_source = PyUnicode_InternFromString("source");
+    s_pinned = PyUnicode_InternFromString("pinned");
+    s_pageable = PyUnicode_InternFromString("pageable");
     compile_tls = Py_NewRef(Py_None);
     s_empty = PyTuple_New(0);
     return m;

@@ -74,7 +74,9 @@ def canonical(name: str) -> str:
 class CudaCall(NamedTuple):
     """One sync, copy or free API call the detector kept: what its parameters said, where and on
     which thread it was made, how long the host spent in it. It is the region's observation
-    itself (``source == "cuda"``), appended to the region's list when the call returns. The
+    itself (``source == "cuda"``), appended to the region's list when the call returns (the C
+    callback hands its Call over when the call begins, and writes the duration into it at the
+    end, without taking the GIL again). The
     Python callback builds one of these per call; the C one (``_cuptifast.c``) builds a
     ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read:
     nine objects per copy cost ~0.8 us on the H200's host, reports/probes/callback-pieces-384ab15/),

@@ -131,6 +131,7 @@ def _addresses(lib) -> tuple[int, int]:
 #: pageable; registered host memory pinned)
 _KIND_OF_TYPE = {0: 1, 1: 2, 2: 3, 3: 5}
 _HOST_KINDS = (1, 2)
+_MEMORY_KIND = C.MEMORY_KIND
 _H2D, _D2H = "h2d", "d2h"
 
 
@@ -166,32 +167,46 @@ class ByPointer:
     kind (a failed query leaves its pointer out). A region's copies reuse few pointers (100
     merges: one pinned block), so the copies are judged by pointer, not one by one.
 
-    ``ask(pointer) -> kind or None``: asks the runtime for a pointer the first time a copy needs
-    it, once per pointer, so the region's exit makes one pass over its copies (combine's);
-    a pass of its own to collect the pointers first cost ~0.08 ms of a 100-merge region's exit
-    on the H200's host, with caches cold (reports/probes/query-order-4528237/). Without ``ask``
-    only ``kinds`` is known."""
+    ``ask(pointers) -> kinds`` (each None when nothing says): asks the runtime for pointers the
+    first time a copy needs them, once per pointer, so the region's exit makes one pass over its
+    copies (combine's); a Python pass of its own to collect the pointers first cost ~0.08 ms of a
+    100-merge region's exit on the H200's host, with caches cold
+    (reports/probes/query-order-4528237/). ``_cuptifast.drop_pinned``'s pass, in C, asks its
+    pointers in one question (:meth:`pinned`). Without ``ask`` only ``kinds`` is known."""
 
     def __init__(self, kinds: dict | None = None, ask=None) -> None:
         self.kinds = dict(kinds or {})
         self._names = {p: C.MEMORY_KIND.get(k) for p, k in self.kinds.items()}
         self._ask = ask
 
-    def _learn(self, ptr) -> str | None:
-        """Ask for ``ptr`` (not asked before); its name, None when nothing says."""
-        if self._ask is not None and ptr:
-            kind = self._ask(ptr)
-            if kind is not None:
-                self.kinds[ptr] = kind
-        name = self._names[ptr] = C.MEMORY_KIND.get(self.kinds.get(ptr))
-        return name
+    def _learn(self, ptrs) -> None:
+        """Ask for ``ptrs`` (none asked before, each once) and name each: None when nothing says."""
+        kinds, names = self.kinds, self._names
+        if self._ask is not None:
+            asked = [p for p in ptrs if p]
+            if asked:
+                for ptr, kind in zip(asked, self._ask(asked)):
+                    if kind is not None:
+                        kinds[ptr] = kind
+        for ptr in ptrs:
+            names[ptr] = _MEMORY_KIND.get(kinds.get(ptr))
+
+    def pinned(self, ptrs) -> list[bool]:
+        """Whether each host pointer in ``ptrs`` (distinct) is pinned, the ones not known yet
+        asked in one question (``_cuptifast.drop_pinned``'s)."""
+        names = self._names
+        new = [p for p in ptrs if p not in names]
+        if new:
+            self._learn(new)
+        return [names[p] == "pinned" for p in ptrs]
 
     def host_kind(self, call, direction: str) -> str | None:
         ptr = call.src if direction == _H2D else call.dst
         try:
             return self._names[ptr]
         except KeyError:
-            return self._learn(ptr)
+            self._learn((ptr,))
+            return self._names[ptr]
 
     def direction(self, call) -> str | None:
         """The call's own direction, else which side of it is host memory (cudaMemcpyDefault,
@@ -200,9 +215,9 @@ class ByPointer:
             return call.direction
         if not (call.src and call.dst):
             return None
-        for ptr in (call.src, call.dst):
-            if ptr not in self._names:
-                self._learn(ptr)
+        new = [p for p in dict.fromkeys((call.src, call.dst)) if p not in self._names]
+        if new:
+            self._learn(new)
         src, dst = self.kinds.get(call.src), self.kinds.get(call.dst)
         if src is None or dst is None:
             return None
@@ -219,11 +234,11 @@ def pointer_kinds(fast=None) -> ByPointer:
       ``cuMemcpy``): which side is the host's, and its memory.
 
     Nothing is asked while the thread's current stream captures a graph (checked once, at the
-    first question). ``fast``: the C callback's module, which asks without a ctypes call per
-    pointer (~1 us each on the H200's host)."""
+    first question). ``fast``: the C callback's module, which asks a batch of pointers in one call
+    without a ctypes call per pointer (~1 us each on the H200's host)."""
     state: dict = {}
 
-    def ask(ptr) -> int | None:
+    def ask(ptrs) -> list:
         if "lib" not in state:
             try:
                 import torch
@@ -234,16 +249,21 @@ def pointer_kinds(fast=None) -> ByPointer:
                 state["lib"] = None
         lib = state["lib"]
         if lib is None:
-            return None
+            return [None] * len(ptrs)
         if fast is not None:
-            (mem_type,) = fast.pointer_types(*_addresses(lib), (ptr,))
+            mem_types = fast.pointer_types(*_addresses(lib), ptrs)
         else:
-            attr = _PointerAttributes()
-            if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
-                lib.cudaGetLastError()  # leave no error behind for torch's next launch check
-                mem_type = -1
-            else:
-                mem_type = attr.type
-        return _KIND_OF_TYPE.get(mem_type, 0) if mem_type >= 0 else None  # -1: failed, says nothing
+            mem_types = [_pointer_type(lib, ptr) for ptr in ptrs]
+        # -1: failed, says nothing
+        return [_KIND_OF_TYPE.get(t, 0) if t >= 0 else None for t in mem_types]
 
     return ByPointer(ask=ask)
+
+
+def _pointer_type(lib, ptr) -> int:
+    """cudaPointerGetAttributes' memory type of ``ptr`` through ctypes; -1 when it failed."""
+    attr = _PointerAttributes()
+    if lib.cudaPointerGetAttributes(ctypes.byref(attr), ptr) != 0:
+        lib.cudaGetLastError()  # leave no error behind for torch's next launch check
+        return -1
+    return attr.type
