@@ -7,7 +7,9 @@ callbacks off costs each way CUPTI offers.
    alone: ``combine`` with host memory asked as it goes (``pointer_kinds``: the query at exit),
    and with it known already; warm (back to back) and cold (right after another 100 merges and a
    device sync, as in a real region's exit). (Until effc77e ``pointer_kinds`` was a pass of its
-   own, timed apart: ``reports/probes/exit-cf9999a/``.)
+   own, timed apart: ``reports/probes/exit-cf9999a/``.) Then the exit's own path with the C
+   module, ``combine_by_pointer`` (``drop_pinned`` in C, then ``combine``), its ``drop_pinned``
+   alone, and the runtime's pointer question for the region's distinct host pointers alone.
 2. Switching every callback off before ``cuptiUnsubscribe`` (which keeps a syncing thread from
    crashing: reports/probes/cupti-threads-2.11.0/): one ``cuptiEnableCallback(0)`` per id (the
    detector's way, in one C loop), ``cuptiEnableDomain(0)`` for the runtime and driver domains, or
@@ -25,7 +27,7 @@ import torch
 import syncguard
 from syncguard.detectors import cupti as C
 from syncguard.detectors import hostmem
-from syncguard.detectors.cuda import HUB, combine
+from syncguard.detectors.cuda import HUB, combine, combine_by_pointer
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree's bench/
 from bench.workloads import mask_merges, merge_state  # noqa: E402
@@ -45,7 +47,7 @@ for _ in range(3):
     region.__exit__(None, None, None)
 obs = [o for o in region.observations if o.source == "cuda"]
 print(f"{len(obs)} observations; {HUB.callback}; "
-      f"{len({o.src for o in obs if o.role == 'copy'})} distinct host pointer(s)")
+      f"{len({o.host_ptr for o in obs if o.role == 'copy'})} distinct host pointer(s)")
 
 
 def warm(name, fn, n=200):
@@ -71,9 +73,19 @@ def cold(name, fn, before=merges, reps=21):
 
 memory = hostmem.pointer_kinds(HUB.fast)
 combine(obs, memory)  # asks the pinned block once; later passes read it
+ptrs = sorted({o.host_ptr for o in obs if o.role == "copy" and o.host_ptr})
+addrs = hostmem._addresses(hostmem._load_cudart())
 for name, fn in (("combine(obs) with the pointer asked (hostmem.pointer_kinds)",
                   lambda: combine(obs, hostmem.pointer_kinds(HUB.fast))),
-                 ("combine(obs), the pointer known", lambda: combine(obs, memory))):
+                 ("combine(obs), the pointer known", lambda: combine(obs, memory)),
+                 # what the exit runs (with the C module): drop_pinned, then combine
+                 ("combine_by_pointer(obs, C module) (the exit's)",
+                  lambda: combine_by_pointer(obs, HUB.fast)),
+                 ("drop_pinned(obs), pointers asked (fresh pointer_kinds)",
+                  lambda: HUB.fast.drop_pinned(obs, hostmem.pointer_kinds(HUB.fast).pinned)),
+                 ("drop_pinned(obs), pointers known", lambda: HUB.fast.drop_pinned(obs, memory.pinned)),
+                 (f"cudaPointerGetAttributes on the {len(ptrs)} distinct host pointer(s), one batch",
+                  lambda: HUB.fast.pointer_types(*addrs, ptrs))):
     warm(name, fn)
     cold(name, fn)
 
