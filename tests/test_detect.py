@@ -854,7 +854,9 @@ def test_the_c_callback_times_its_pieces_only_when_asked():
         "callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2,
         "ENTER: take the GIL": 1,
         "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)": 1,
-        "ENTER: the user's site (inside the above)": 1,
+        "ENTER: the regions (context variable; inside the above)": 1,
+        "ENTER: is torch compiling (inside the above)": 1,
+        "ENTER: the user's site (inside the above)": 1, "ENTER: build the call (inside the above)": 1,
         "ENTER: hand it to the region(s) (inside the above)": 1, "ENTER: release the GIL": 1,
         "EXIT: stamp the call's duration (no GIL)": 1}
     assert all(n == 0 for _, n in hub.fast.timing(False).values())

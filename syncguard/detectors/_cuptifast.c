@@ -93,13 +93,15 @@ static long errors;
  * called (then a clock read per piece; two reads cost ~40 ns, so the pieces' sum is above the
  * untimed cost). Summed by the thread that ran the piece, without a lock: a probe times one
  * thread. */
-enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_SITE, P_DELIVER, P_ENTER_RELEASE, P_LEAVE,
-       NPIECES };
+enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_REGIONS, P_COMPILING, P_SITE, P_BUILD,
+       P_DELIVER, P_ENTER_RELEASE, P_LEAVE, NPIECES };
 static const char *piece_names[NPIECES] = {
     "callback (every invocation, whole)", "nested driver callback (no GIL)",
     "ENTER: take the GIL",
     "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)",
-    "ENTER: the user's site (inside the above)",
+    "ENTER: the regions (context variable; inside the above)",
+    "ENTER: is torch compiling (inside the above)", "ENTER: the user's site (inside the above)",
+    "ENTER: build the call (inside the above)",
     "ENTER: hand it to the region(s) (inside the above)", "ENTER: release the GIL",
     "EXIT: stamp the call's duration (no GIL)"};
 static int timing_on;
@@ -558,7 +560,9 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
      * to end a pending copy's pairing (combine), so it needs no site, thread or duration */
     int no_wait = e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H);
     PyObject *regions = NULL;
+    int64_t tr = T0();
     if (PyContextVar_Get(regions_var, s_empty, &regions) < 0) goto error;
+    TADD(P_REGIONS, tr);
     if (!PyTuple_Check(regions) || PyTuple_GET_SIZE(regions) == 0) {
         Py_CLEAR(regions);
         if (!backward_active || !PyDict_GET_SIZE(backward_active)) return;
@@ -583,7 +587,9 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         if (rc < 0) goto error;
         return;
     }
+    int64_t tc = T0();
     int phase = is_compiling();
+    TADD(P_COMPILING, tc);
     if (!t->name || t->name_gen != generation) {
         PyObject *name = PyObject_CallNoArgs(thread_name);
         if (!name) { Py_DECREF(regions); goto error; }
@@ -600,8 +606,10 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
     /* handed over now, in the order this thread's calls begin (the only calls kept are the
      * outermost, so that is the order they end in too); EXIT stamps the duration */
     uint32_t corr = d->correlationId;
+    int64_t tb = T0();
     PyObject *call = new_call(e, dir, &corr, 1, has_stream, stream, site, phase, thread, allows,
                               0, 0.0, has_ptrs, nbytes, src, dst, 0);
+    TADD(P_BUILD, tb);
     Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread);
     int64_t td = T0();
     int rc = call ? deliver(regions, call) : -1;
