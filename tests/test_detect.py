@@ -822,16 +822,22 @@ def test_drop_pinned_changes_nothing_combine_reports():
         hub.fast.drop_pinned(run, lambda ptrs: ())
 
 
+def _c_hub_with_a_copy():
+    """A hub with the C callback over the fake libcupti, the driver's cuMemcpyHtoDAsync_v2 in its
+    table, subscribed for a new region; and an async H2D copy's parameters: (hub, region, copy)."""
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
+    hub.use_fast()
+    hub.acquire(region)
+    return hub, region, C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=1, stream=0)
+
+
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
 def test_the_c_callback_times_its_pieces_only_when_asked():
     """Plumbing for tools/probe_callback_pieces.py (fake libcupti, no GPU): one kept copy and one
     nested driver call are counted piece by piece while timing is on, nothing while it is off,
     and each read zeroes the counts."""
-    hub, region = FakeHub(path="c"), FakeRegion()
-    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
-    hub.use_fast()
-    hub.acquire(region)
-    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=1, stream=0)
+    hub, region, copy = _c_hub_with_a_copy()
     token = routing.regions.set((region,))
     try:
         def one_copy(corr):
@@ -938,11 +944,7 @@ def test_the_c_callback_hands_a_call_over_at_enter_and_stamps_its_duration_at_ex
     already the region's with ``blocked_us`` None; a nested driver call adds its correlation id
     to it; after EXIT it has a duration; and the thread's own hold on it ends when the hub
     switches the callbacks off (its reference count drops by one)."""
-    hub, region = FakeHub(path="c"), FakeRegion()
-    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
-    hub.use_fast()
-    hub.acquire(region)
-    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=1, stream=0)
+    hub, region, copy = _c_hub_with_a_copy()
     token = routing.regions.set((region,))
     try:
         _fire(hub, 2, 41, C.API_ENTER, 1, copy)
