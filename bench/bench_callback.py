@@ -27,6 +27,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 import timeit
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -274,6 +275,71 @@ def _region_enter_exit() -> float:
         det.hub, torch.cuda.is_initialized = saved
 
 
+def _region_cold(rounds: int = 121) -> tuple[float, float]:
+    """µs to enter and to leave an ``audit(("cuda",))`` region with caches cold, as on the H200's
+    host after 100 merges (its overhead benchmark measured a region's entry and exit ~10x its
+    warm figure): before entering, and again before leaving, a 32 MB tensor is rewritten and
+    20,000 strings are made. Inside, the C callback gets 100 async H2D copies from one pinned
+    block and a device sync, as 100 sync-free merges make them; a fake libcudart says pinned.
+    The C stand-in for libcupti, as in :func:`_region_enter_exit`. Medians over ``rounds``, the
+    first 10 left out."""
+    import statistics
+
+    import syncguard
+    from syncguard import detectors as registry
+    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
+
+    hub = FakeHub()
+    hub.lib.lib = _c_stand_in()
+    hub.table = {(2, 100 + i): (n,) + v for i, (n, v) in enumerate(RUNTIME_APIS.items())}
+    hub.table.update({(1, 100 + i): (n,) + v for i, (n, v) in enumerate(DRIVER_APIS.items())})
+    hub.use_fast()
+    if hub.fast is None:
+        return float("nan"), float("nan")
+    ids = {api: key for key, (api, *_) in hub.table.items()}
+    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
+    calls = [(ids["cudaMemcpyAsync"], _data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
+    calls *= 100
+    calls += [(ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
+              for site in (C.API_ENTER, C.API_EXIT)]
+    fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in calls]
+    big = torch.zeros(8_000_000)
+
+    def thrash():
+        big.add_(1)
+        return [str(i) for i in range(20000)]
+
+    det = registry.get("cuda")
+    saved = det.hub, torch.cuda.is_initialized
+    det.hub, torch.cuda.is_initialized = hub, (lambda: True)  # a CPU build: CUDA "set up"
+    enter, leave = [], []
+    try:
+        with _fake_cudart(1):
+            for i in range(rounds):
+                thrash()
+                t0 = time.perf_counter()
+                region = syncguard.audit(("cuda",))
+                report = region.__enter__()
+                t1 = time.perf_counter()
+                for args in fired:
+                    hub.fast.fire(*args)
+                thrash()
+                t2 = time.perf_counter()
+                region.__exit__(None, None, None)
+                t3 = time.perf_counter()
+                assert [e.kind for e in report.syncs] == ["device_sync"], report.syncs
+                if i >= 10:
+                    enter.append((t1 - t0) * 1e6)
+                    leave.append((t3 - t2) * 1e6)
+    finally:
+        det.hub, torch.cuda.is_initialized = saved
+    return statistics.median(enter), statistics.median(leave)
+
+
+def _noop(*args):
+    return None
+
+
 def _noop(*args):
     return None
 
@@ -326,6 +392,11 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                          f"{made})", _exit_per_event(hub, objects)))
         rows.append(("piece: an empty audit(cuda) region, entered and left (per region; a C "
                      "stand-in for libcupti)", _region_enter_exit()))
+        cold_enter, cold_exit = _region_cold()
+        rows.append(("piece: a region with 100 pinned copies and a sync, caches cold: entering "
+                     "(per region; the C callback, a C stand-in for libcupti)", cold_enter))
+        rows.append(("piece: a region with 100 pinned copies and a sync, caches cold: leaving "
+                     "(per region; the C callback, a C stand-in for libcupti)", cold_exit))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:

@@ -820,6 +820,13 @@ def test_drop_pinned_changes_nothing_combine_reports():
         hub.fast.drop_pinned(run, lambda ptrs: 1 / 0)
     with pytest.raises(ValueError, match="answered 0 flags for 1 pointers"):
         hub.fast.drop_pinned(run, lambda ptrs: ())
+    # the list is read in place: if pinned() changes it, nothing is dropped (and nothing read
+    # is gone: the calls cleared from the list were only referenced by it)
+    mutable = [copy(0x7100) for _ in range(3)] + [copy(0x7000)]
+    assert hub.fast.drop_pinned(mutable, lambda ptrs: mutable.clear() or [True]) is mutable
+    mutable = [copy(0x7100) for _ in range(3)] + [copy(0x7000)]
+    swapped = hub.fast.drop_pinned(mutable, lambda ptrs: mutable.reverse() or [True])
+    assert swapped is mutable and len(swapped) == 4
 
 
 def _c_hub_with_a_copy():

@@ -330,14 +330,18 @@ done:
  * hostmem read both by attribute, _cuptifast.combine and drop_pinned read Calls raw. */
 typedef struct Call {
     PyObject_HEAD
+    /* first, within the object's first 48 bytes: what drop_pinned reads of each of a region's
+     * calls at its exit, with caches cold (one cache line per call where the object starts on
+     * one) */
+    int16_t index;
+    int8_t role, dir, is_async, phase, ncorr, has_stream, has_nbytes, has_src, has_dst, has_blocked;
+    uint64_t src, dst, stream;
     PyObject *names;                 /* (apis, roles, kinds) of the table it was made under */
     PyObject *site, *allows, *thread;
-    uint64_t stream, src, dst, nbytes;
+    uint64_t nbytes;
     int64_t t0;
     double blocked;                  /* us; has_blocked == 0: None */
     uint32_t corr[MAXCORR];
-    int16_t index;
-    int8_t role, dir, is_async, phase, ncorr, has_stream, has_nbytes, has_src, has_dst, has_blocked;
 } Call;
 
 /* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
@@ -990,24 +994,27 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
     PyObject *given, *pinned_fn;
     if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &pinned_fn)) return NULL;
     if (PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
-    /* a copy: pinned() is Python, and nothing it does to the given list may move what we read */
-    PyObject *obs = PyList_GetSlice(given, 0, PY_SSIZE_T_MAX), *out = NULL, *flags = NULL,
-             *ptrs = NULL;
-    if (!obs) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, nptr = 0, dropped = 0, nslots = 4;
+    /* The list is read in place, not copied: a copy took and gave back a reference to each of
+     * 100 merges' calls, with caches cold at region exit. Pass 1 runs no Python; pinned() does,
+     * so the item pointers are kept and, after it, the list must still hold exactly them (else
+     * nothing is dropped: combine then sees everything, as without this step). */
+    PyObject *out = NULL, *flags = NULL, *ptrs = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(given), cand = -1, nptr = 0, dropped = 0, nslots = 4;
     while (nslots < 2 * n) nslots *= 2;
+    PyObject **items = PyMem_Malloc(sizeof(PyObject *) * (size_t)n);
     char *drop = PyMem_Calloc((size_t)n, 1);
     unsigned long long *keys = PyMem_Calloc((size_t)n, sizeof *keys),
                        *uniq = PyMem_Calloc((size_t)n, sizeof *uniq);
     /* which[i]: candidate i's pointer's place in uniq; slots: pointer -> place + 1 (0: empty) */
     Py_ssize_t *which = PyMem_Calloc((size_t)n, sizeof *which),
                *slots = PyMem_Calloc((size_t)nslots, sizeof *slots);
-    if (!drop || !keys || !uniq || !which || !slots) { PyErr_NoMemory(); goto done; }
+    if (!items || !drop || !keys || !uniq || !which || !slots) { PyErr_NoMemory(); goto done; }
+    memcpy(items, ((PyListObject *)given)->ob_item, sizeof(PyObject *) * (size_t)n);
     /* pass 1: the candidates (marked in drop[] for now) and their distinct host pointers */
     for (Py_ssize_t i = 0; i < n; i++) {
         int is_copy, async_host;
         unsigned long long key = 0;
-        int r = read_obs(PyList_GET_ITEM(obs, i), &is_copy, &async_host, &key);
+        int r = read_obs(items[i], &is_copy, &async_host, &key);
         if (r < 0) goto done;
         if (r == 0) { cand = -1; continue; } /* another detector's: ends a candidate's run */
         if (is_copy && cand >= 0) {
@@ -1040,6 +1047,11 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
                      PySequence_Fast_GET_SIZE(flags), nptr);
         goto done;
     }
+    if (PyList_GET_SIZE(given) != n ||
+        memcmp(items, ((PyListObject *)given)->ob_item, sizeof(PyObject *) * (size_t)n) != 0) {
+        out = Py_NewRef(given); /* changed under us: drop nothing */
+        goto done;
+    }
     /* pass 2: a candidate is dropped when its pointer is pinned */
     for (Py_ssize_t i = 0; i < n; i++) {
         if (!drop[i]) continue;
@@ -1053,12 +1065,12 @@ static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
     } else {
         out = PyList_New(n - dropped);
         for (Py_ssize_t i = 0, j = 0; out && i < n; i++)
-            if (!drop[i]) PyList_SET_ITEM(out, j++, Py_NewRef(PyList_GET_ITEM(obs, i)));
+            if (!drop[i]) PyList_SET_ITEM(out, j++, Py_NewRef(items[i]));
     }
 done:
-    PyMem_Free(drop); PyMem_Free(keys); PyMem_Free(uniq); PyMem_Free(which); PyMem_Free(slots);
+    PyMem_Free(items); PyMem_Free(drop); PyMem_Free(keys); PyMem_Free(uniq); PyMem_Free(which);
+    PyMem_Free(slots);
     Py_XDECREF(flags); Py_XDECREF(ptrs);
-    Py_DECREF(obs);
     return out;
 }
 

@@ -281,6 +281,7 @@ class BackwardOwners:
         self.ambiguous = 0
         self._saved = None
         self._variable = None  # torch's Variable class, imported once
+        self._proxy = None  # the proxy installed last, reused while torch's engine is the same
 
     def install(self) -> None:
         Variable = self._variable
@@ -294,7 +295,10 @@ class BackwardOwners:
         if engine is None or isinstance(engine, _EngineProxy):
             return
         self._saved = (Variable, engine)
-        Variable._execution_engine = _EngineProxy(engine, self)
+        proxy = self._proxy
+        if proxy is None or proxy._engine is not engine:  # one proxy per engine, not per region
+            proxy = self._proxy = _EngineProxy(engine, self)
+        Variable._execution_engine = proxy
 
     def restore(self) -> None:
         if self._saved is not None:

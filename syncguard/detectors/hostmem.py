@@ -179,11 +179,16 @@ class ByPointer:
         self._names = {p: C.MEMORY_KIND.get(k) for p, k in self.kinds.items()}
         self._ask = ask
 
+    # Plain loops, not comprehensions, in the three methods below: they run once per region
+    # exit with caches cold, where each comprehension's own frame cost about a microsecond.
     def _learn(self, ptrs) -> None:
         """Ask for ``ptrs`` (none asked before, each once) and name each: None when nothing says."""
         kinds, names = self.kinds, self._names
         if self._ask is not None:
-            asked = [p for p in ptrs if p]
+            asked = []
+            for ptr in ptrs:
+                if ptr:
+                    asked.append(ptr)
             if asked:
                 for ptr, kind in zip(asked, self._ask(asked)):
                     if kind is not None:
@@ -195,10 +200,16 @@ class ByPointer:
         """Whether each host pointer in ``ptrs`` (distinct) is pinned, the ones not known yet
         asked in one question (``_cuptifast.drop_pinned``'s)."""
         names = self._names
-        new = [p for p in ptrs if p not in names]
+        new = []
+        for ptr in ptrs:
+            if ptr not in names:
+                new.append(ptr)
         if new:
             self._learn(new)
-        return [names[p] == "pinned" for p in ptrs]
+        flags = []
+        for ptr in ptrs:
+            flags.append(names[ptr] == "pinned")
+        return flags
 
     def host_kind(self, call, direction: str) -> str | None:
         ptr = call.src if direction == _H2D else call.dst
@@ -254,8 +265,10 @@ def pointer_kinds(fast=None) -> ByPointer:
             mem_types = fast.pointer_types(*_addresses(lib), ptrs)
         else:
             mem_types = [_pointer_type(lib, ptr) for ptr in ptrs]
-        # -1: failed, says nothing
-        return [_KIND_OF_TYPE.get(t, 0) if t >= 0 else None for t in mem_types]
+        kinds = []
+        for t in mem_types:  # -1: failed, says nothing
+            kinds.append(_KIND_OF_TYPE.get(t, 0) if t >= 0 else None)
+        return kinds
 
     return ByPointer(ask=ask)
 
