@@ -431,10 +431,19 @@ def compare(before, after, out, labels=("before", "after")) -> None:
           "and the CUDA call.", "",
           "| path | before, 1 frame | after, 1 frame | before, 12 frames | after, 12 frames |",
           "|---|---|---|---|---|"]
-    # rows match on the text before their parenthesis (a renamed function inside it is the same row)
-    before = {k.split(" (")[0]: v for k, v in b.items()}
-    md += [f"| {k} | {before[k.split(' (')[0]][0]:.2f} | {v[0]:.2f} | {before[k.split(' (')[0]][1]:.2f} "
-           f"| {v[1]:.2f} |" for k, v in a.items() if k.split(" (")[0] in before]
+    # a row matches its own name, else the text before its parenthesis (a renamed function inside
+    # it is the same row), when only one row of the other version has that text (rows that
+    # differ only inside it, such as the Call and CudaCall ones, are not the same row)
+    def stem(k):
+        return k.split(" (")[0]
+
+    stems: dict = {}
+    for k in b:
+        stems.setdefault(stem(k), []).append(k)
+    for k, v in a.items():
+        old = k if k in b else (stems[stem(k)][0] if len(stems.get(stem(k), ())) == 1 else None)
+        if old is not None:
+            md.append(f"| {k} | {b[old][0]:.2f} | {v[0]:.2f} | {b[old][1]:.2f} | {v[1]:.2f} |")
     with open(out, "w") as fh:
         fh.write("\n".join(md) + "\n")
     print("\n".join(md))
