@@ -1040,3 +1040,52 @@ def test_the_c_combine_reports_what_the_python_loop_reports():
              _obs("cudaStreamSynchronize", "sync", kind="stream_sync", corr=2, src=None, dst=None)]
     assert hub.fast.combine(mixed, None, None, SyncEvent, {}, ("cuda",), cuda._C_KINDS) is NotImplemented
     assert combine(mixed, ByPointer(_PTRS), hub.fast)[0][0][0].kind == "blocking_copy_h2d"
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_no_garbage_collection_runs_inside_the_c_callback():
+    """A collection run inside a CUPTI callback could free a tensor, whose release may call CUDA
+    from within the CUDA call the callback belongs to (a CUDA call in a callback hung the process:
+    NOTES). The C callback allocates (it builds the call) and may run Python (a site cache miss),
+    so it holds collections off while it has the GIL, and leaves the collector as it found it
+    (fake libcupti, no GPU): garbage that is due for collection when a call begins is collected
+    after the callback, not in it."""
+    import gc
+
+    hub, region, copy = _c_hub_with_a_copy()
+    inside, seen = [False], []
+
+    class Cycle:
+        def __del__(self):
+            seen.append(inside[0])
+
+    data = [C.CallbackData(callbackSite=site, correlationId=corr, functionParams=ctypes.addressof(copy))
+            for corr in (1, 3, 5) for site in (C.API_ENTER, C.API_EXIT)]
+    fire = [(2, 41, ctypes.addressof(d)) for d in data]  # made before: no allocation in the loop
+    token = routing.regions.set((region,))
+    threshold = gc.get_threshold()
+    try:
+        gc.collect()
+        gc.set_threshold(1)  # the next tracked allocation collects
+        for k in (0, 2):
+            a = Cycle()
+            a.me = a
+            del a
+            inside[0] = True
+            hub.fast.fire(*fire[k])
+            hub.fast.fire(*fire[k + 1])
+            inside[0] = False
+            [[] for _ in range(3)]  # tracked allocations outside the callback: collected here
+        enabled_after = gc.isenabled()
+        gc.disable()
+        hub.fast.fire(*fire[4])
+        hub.fast.fire(*fire[5])
+        disabled_after = not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.set_threshold(*threshold)
+        routing.regions.reset(token)
+        hub.release(region)
+    assert hub.fast.errors() == 0 and len(region.observations) == 3
+    assert seen == [False, False]  # both cycles collected, neither inside the callback
+    assert enabled_after and disabled_after  # the collector left as it was found

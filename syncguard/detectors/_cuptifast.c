@@ -647,6 +647,25 @@ static void leave(ThreadState *t) {
 #define FINALIZING() _Py_IsFinalizing()
 #endif
 
+/* The GIL, with the garbage collector held off while the callback has it: a collection here
+ * (run by an allocation on CPython 3.11, by the next bytecode of a Python call on 3.12) could
+ * free a tensor whose release calls CUDA from within the CUDA call this callback belongs to, and
+ * a CUDA call in a callback hung the process (NOTES). Collections due then run after the
+ * callback, at the program's next allocation; a collector the program disabled stays disabled. */
+typedef struct { PyGILState_STATE gil; int gc; } Held;
+
+static inline Held hold(void) {
+    Held h;
+    h.gil = PyGILState_Ensure();
+    h.gc = PyGC_Disable();
+    return h;
+}
+
+static inline void unhold(Held h) {
+    if (h.gc) PyGC_Enable();
+    PyGILState_Release(h.gil);
+}
+
 static void callback_body(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
     if (domain < 1 || domain > 2 || cbid >= MAXCB || !d) return;
     if (FINALIZING()) return; /* no thread state may be taken while the interpreter shuts down */
@@ -655,9 +674,9 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
     ThreadState *t = &T;
     if (t->gen != generation) { /* state from before a park or a new subscription: stale */
         if (t->call) {
-            PyGILState_STATE g = PyGILState_Ensure();
+            Held h = hold();
             clear_kept(t);
-            PyGILState_Release(g);
+            unhold(h);
         }
         t->gen = generation; t->depth = 0; t->mode = MODE_IDLE;
     }
@@ -669,29 +688,29 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
                 Call *c = t->call; /* a C field of the call this thread holds: no GIL needed */
                 if (c->ncorr < MAXCORR) c->corr[c->ncorr++] = d->correlationId;
             } else if (t->mode == MODE_PYTHON) {
-                PyGILState_STATE g = PyGILState_Ensure();
+                Held h = hold();
                 forward(userdata, domain, cbid, d);
-                PyGILState_Release(g);
+                unhold(h);
             }
             TADD(P_NESTED, t0);
             return;
         }
-        PyGILState_STATE g = PyGILState_Ensure();
+        Held h = hold();
         TADD(P_ENTER_GIL, t0);
         int64_t t1 = T0();
         clear_kept(t); /* the last call, done: let go now that the GIL is held */
         enter(t, e, domain, cbid, d);
         TADD(P_ENTER, t1);
         int64_t t2 = T0();
-        PyGILState_Release(g);
+        unhold(h);
         TADD(P_ENTER_RELEASE, t2);
     } else {
         int depth = t->depth > 0 ? t->depth - 1 : 0;
         t->depth = depth;
         if (t->mode == MODE_PYTHON) {
-            PyGILState_STATE g = PyGILState_Ensure();
+            Held h = hold();
             forward(userdata, domain, cbid, d);
-            PyGILState_Release(g);
+            unhold(h);
             if (!depth) t->mode = MODE_IDLE;
             return;
         }

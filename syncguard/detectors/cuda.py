@@ -20,7 +20,9 @@ the report's detector reason says which ran.
   region's thread, skipped while that thread's stream captures a graph. The alternative, CUPTI's
   MEMCPY activity records (``SYNCGUARD_CUDA_HOSTMEM=activity``), agreed on every op measured
   and cost more (its flush at region exit). The callback itself never calls CUDA: a CUDA call
-  there hung the process (NOTES), and during stream capture most are illegal.
+  there hung the process (NOTES), and during stream capture most are illegal. The C callback
+  also holds the garbage collector off while it has the GIL, since a collection could free a
+  tensor whose release calls CUDA; the Python one cannot (ctypes allocates before it runs).
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
