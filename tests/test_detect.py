@@ -1043,16 +1043,28 @@ def test_the_c_combine_reports_what_the_python_loop_reports():
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-def test_no_garbage_collection_runs_inside_the_c_callback():
+def test_no_garbage_collection_runs_inside_the_c_callback(monkeypatch):
     """A collection run inside a CUPTI callback could free a tensor, whose release may call CUDA
     from within the CUDA call the callback belongs to (a CUDA call in a callback hung the process:
     NOTES). The C callback allocates (it builds the call) and may run Python (a site cache miss),
-    so it holds collections off while it has the GIL, and leaves the collector as it found it
-    (fake libcupti, no GPU): garbage that is due for collection when a call begins is collected
-    after the callback, not in it."""
+    where CPython collects (3.11: on allocation; 3.12: at the next bytecode), so it holds the
+    collector off while it has the GIL and leaves it as it found it (fake libcupti, no GPU):
+    the Python it runs sees the collector off; garbage due for collection when a call begins is
+    collected after the callback, not in it; a collector the program disabled stays disabled."""
     import gc
 
-    hub, region, copy = _c_hub_with_a_copy()
+    from syncguard import attribution
+
+    during = []
+    make_site = attribution.site_from_frames
+
+    def site_from_frames(key, frames):  # runs inside the callback, on a site cache miss
+        during.append(gc.isenabled())
+        return make_site(key, frames)
+
+    monkeypatch.setattr(attribution, "site_from_frames", site_from_frames)
+    monkeypatch.setattr(attribution, "c_site_cache", {})  # every site a miss (configure clears C's)
+    hub, region, copy = _c_hub_with_a_copy()  # configures the C module with the wrapper above
     inside, seen = [False], []
 
     class Cycle:
@@ -1066,7 +1078,7 @@ def test_no_garbage_collection_runs_inside_the_c_callback():
     threshold = gc.get_threshold()
     try:
         gc.collect()
-        gc.set_threshold(1)  # the next tracked allocation collects
+        gc.set_threshold(1)  # the next tracked allocation collects (3.11) or asks to (3.12)
         for k in (0, 2):
             a = Cycle()
             a.me = a
@@ -1075,7 +1087,7 @@ def test_no_garbage_collection_runs_inside_the_c_callback():
             hub.fast.fire(*fire[k])
             hub.fast.fire(*fire[k + 1])
             inside[0] = False
-            [[] for _ in range(3)]  # tracked allocations outside the callback: collected here
+            gc.collect()  # what was not collected inside, now
         enabled_after = gc.isenabled()
         gc.disable()
         hub.fast.fire(*fire[4])
@@ -1087,5 +1099,6 @@ def test_no_garbage_collection_runs_inside_the_c_callback():
         routing.regions.reset(token)
         hub.release(region)
     assert hub.fast.errors() == 0 and len(region.observations) == 3
+    assert during and not any(during)  # the site was made inside, with the collector off
     assert seen == [False, False]  # both cycles collected, neither inside the callback
     assert enabled_after and disabled_after  # the collector left as it was found
