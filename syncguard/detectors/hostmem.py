@@ -179,8 +179,9 @@ class ByPointer:
         self._names = {p: C.MEMORY_KIND.get(k) for p, k in self.kinds.items()}
         self._ask = ask
 
-    # Plain loops, not comprehensions, in the three methods below: they run once per region
-    # exit with caches cold, where each comprehension's own frame cost about a microsecond.
+    # Plain loops, not comprehensions, in _learn and pinned (and pointer_kinds' ask): they run
+    # once per region exit with caches cold, where each comprehension's own frame cost about a
+    # microsecond (reports/cpu/region-cold.md).
     def _learn(self, ptrs) -> None:
         """Ask for ``ptrs`` (none asked before, each once) and name each: None when nothing says."""
         kinds, names = self.kinds, self._names
