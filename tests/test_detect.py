@@ -1001,9 +1001,14 @@ def _any_calls():
     frees = st.builds(sync, st.just("cudaFree"), st.just("implicit_free"), st.none(), **common)
     debug = st.just(routing.Observation(source="debug", site=Site("f.py", 1, "f"),
                                         thread="MainThread", kind="stream_sync"))
-    # a copy and a sync from one line and thread, as a blocking copy makes them (the pair that
-    # random draws rarely line up)
-    pairs = st.builds(lambda c, s: [c, s._replace(site=c.site, thread=c.thread)], copies, syncs)
+    # an async host<->device copy and a sync from one line and thread, half the time on the same
+    # stream, as a blocking copy makes them (the pair that random draws rarely line up)
+    pair_copies = st.builds(copy, st.sampled_from(["cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2"]),
+                            st.sampled_from(["h2d", "d2h"]), st.just(True),
+                            st.sampled_from([0, 7, None]), ptrs, ptrs, **common)
+    pairs = st.builds(lambda c, s, same: [c, s._replace(site=c.site, thread=c.thread,
+                                                        stream=c.stream if same else s.stream)],
+                      pair_copies, syncs, st.booleans())
     one = st.one_of(copies, copies, syncs, devices, frees, debug).map(lambda o: [o])
     return st.lists(st.one_of(one, one, pairs), max_size=10).map(lambda xs: sum(xs, []))
 
