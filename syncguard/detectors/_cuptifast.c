@@ -651,7 +651,9 @@ static void leave(ThreadState *t) {
  * (run by an allocation on CPython 3.11, by the next bytecode of a Python call on 3.12) could
  * free a tensor whose release calls CUDA from within the CUDA call this callback belongs to, and
  * a CUDA call in a callback hung the process (NOTES). Collections due then run after the
- * callback, at the program's next allocation; a collector the program disabled stays disabled. */
+ * callback, at the program's next allocation; a collector the program disabled stays disabled.
+ * One race is left: where the callback runs Python (a cache miss), the interpreter may switch to
+ * another thread, and a gc.disable() made there and then is undone when the callback ends. */
 typedef struct { PyGILState_STATE gil; int gc; } Held;
 
 static inline Held hold(void) {
