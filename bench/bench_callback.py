@@ -246,11 +246,11 @@ def _c_stand_in():
     return lib
 
 
-def _region_enter_exit() -> float:
-    """µs per empty ``audit(("cuda",))`` region, entered and left: the region's, the hub's and
-    the detector's own work, with the C stand-in for libcupti and one callback id per API the
-    detector watches (37; the H200's CUDA 13 table has 45 with the versioned ids)."""
-    import syncguard
+@contextlib.contextmanager
+def _stand_in_hub():
+    """The cuda detector's hub over the C stand-in for libcupti, with one callback id per API the
+    detector watches (37; the H200's CUDA 13 table has 45 with the versioned ids), in place of
+    the real hub while the block runs (and CUDA "set up": a CPU build); yields it."""
     from syncguard import detectors as registry
     from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
 
@@ -261,18 +261,26 @@ def _region_enter_exit() -> float:
     hub.use_fast()
     det = registry.get("cuda")
     saved = det.hub, torch.cuda.is_initialized
-    det.hub, torch.cuda.is_initialized = hub, (lambda: True)  # a CPU build: CUDA "set up"
+    det.hub, torch.cuda.is_initialized = hub, (lambda: True)
+    try:
+        yield hub
+    finally:
+        det.hub, torch.cuda.is_initialized = saved
+
+
+def _region_enter_exit() -> float:
+    """µs per empty ``audit(("cuda",))`` region, entered and left: the region's, the hub's and
+    the detector's own work, over :func:`_stand_in_hub`."""
+    import syncguard
 
     def region():
         with syncguard.audit(("cuda",)):
             pass
-    try:
+    with _stand_in_hub() as hub:
         with syncguard.audit(("cuda",)) as rep:
             pass
         assert rep.detectors == ("cuda",) and not hub.subscribed, (rep.detectors, rep.notes)
         return min(timeit.repeat(region, number=500, repeat=9)) / 500 * 1e6
-    finally:
-        det.hub, torch.cuda.is_initialized = saved
 
 
 def _region_cold(rounds: int = 121) -> tuple[float, float]:
@@ -281,58 +289,44 @@ def _region_cold(rounds: int = 121) -> tuple[float, float]:
     warm figure): before entering, and again before leaving, a 32 MB tensor is rewritten and
     20,000 strings are made. Inside, the C callback gets 100 async H2D copies from one pinned
     block and a device sync, as 100 sync-free merges make them; a fake libcudart says pinned.
-    The C stand-in for libcupti, as in :func:`_region_enter_exit`. Medians over ``rounds``, the
-    first 10 left out."""
+    Over :func:`_stand_in_hub`. Medians over ``rounds``, the first 10 left out."""
     import statistics
 
     import syncguard
-    from syncguard import detectors as registry
-    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
 
-    hub = FakeHub()
-    hub.lib.lib = _c_stand_in()
-    hub.table = {(2, 100 + i): (n,) + v for i, (n, v) in enumerate(RUNTIME_APIS.items())}
-    hub.table.update({(1, 100 + i): (n,) + v for i, (n, v) in enumerate(DRIVER_APIS.items())})
-    hub.use_fast()
-    if hub.fast is None:
-        return float("nan"), float("nan")
-    ids = {api: key for key, (api, *_) in hub.table.items()}
-    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
-    calls = [(ids["cudaMemcpyAsync"], _data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
-    calls *= 100
-    calls += [(ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
-              for site in (C.API_ENTER, C.API_EXIT)]
-    fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in calls]
     big = torch.zeros(8_000_000)
 
     def thrash():
         big.add_(1)
         return [str(i) for i in range(20000)]
 
-    det = registry.get("cuda")
-    saved = det.hub, torch.cuda.is_initialized
-    det.hub, torch.cuda.is_initialized = hub, (lambda: True)  # a CPU build: CUDA "set up"
     enter, leave = [], []
-    try:
-        with _fake_cudart(1):
-            for i in range(rounds):
-                thrash()
-                t0 = time.perf_counter()
-                region = syncguard.audit(("cuda",))
-                report = region.__enter__()
-                t1 = time.perf_counter()
-                for args in fired:
-                    hub.fast.fire(*args)
-                thrash()
-                t2 = time.perf_counter()
-                region.__exit__(None, None, None)
-                t3 = time.perf_counter()
-                assert [e.kind for e in report.syncs] == ["device_sync"], report.syncs
-                if i >= 10:
-                    enter.append((t1 - t0) * 1e6)
-                    leave.append((t3 - t2) * 1e6)
-    finally:
-        det.hub, torch.cuda.is_initialized = saved
+    with _stand_in_hub() as hub, _fake_cudart(1):
+        if hub.fast is None:
+            return float("nan"), float("nan")
+        ids = {api: key for key, (api, *_) in hub.table.items()}
+        copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
+        calls = [(ids["cudaMemcpyAsync"], _data(site, 1, copy))
+                 for site in (C.API_ENTER, C.API_EXIT)] * 100
+        calls += [(ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
+                  for site in (C.API_ENTER, C.API_EXIT)]
+        fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in calls]
+        for i in range(rounds):
+            thrash()
+            t0 = time.perf_counter()
+            region = syncguard.audit(("cuda",))
+            report = region.__enter__()
+            t1 = time.perf_counter()
+            for args in fired:
+                hub.fast.fire(*args)
+            thrash()
+            t2 = time.perf_counter()
+            region.__exit__(None, None, None)
+            t3 = time.perf_counter()
+            assert [e.kind for e in report.syncs] == ["device_sync"], report.syncs
+            if i >= 10:
+                enter.append((t1 - t0) * 1e6)
+                leave.append((t3 - t2) * 1e6)
     return statistics.median(enter), statistics.median(leave)
 
 
