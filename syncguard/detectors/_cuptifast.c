@@ -351,12 +351,17 @@ static PyObject *names_table;
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
        F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR };
 
+/* the call's api name, role or sync kind (F_API, F_ROLE, F_KIND), from the name table it was
+ * made under (borrowed) */
+static inline PyObject *call_name(const Call *c, int field) {
+    return PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, field - F_API), c->index);
+}
+
 static PyObject *call_get(PyObject *self, void *closure) {
     Call *c = (Call *)self;
     switch ((int)(intptr_t)closure) {
     case F_API: case F_ROLE: case F_KIND: /* names: (apis, roles, kinds), in that order */
-        return Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, (intptr_t)closure - F_API),
-                                          c->index));
+        return Py_NewRef(call_name(c, (int)(intptr_t)closure));
     case F_DIRECTION: return Py_NewRef(s_dir[c->dir]);
     case F_IS_ASYNC: return PyBool_FromLong(c->is_async);
     case F_CORRELATION: {
@@ -1138,7 +1143,7 @@ static int same(PyObject *a, PyObject *b) { return a == b ? 1 : PyObject_RichCom
 /* (SyncEvent.at(c.site, api, kind, c.thread, blocked, detectors, c.phase), c.allows, None)
  * appended to the events; blocked NULL: the call's own */
 static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked) {
-    PyObject *api = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->index);
+    PyObject *api = call_name(c, F_API);
     if (read_site(m, c->site) < 0) return -1;
     PyObject *ev = ((PyTypeObject *)m->type)->tp_new((PyTypeObject *)m->type, s_empty, NULL);
     if (!ev) return -1;
@@ -1183,7 +1188,7 @@ static int unpaired(Combine *m, const Call *c, int dir) {
 }
 
 static int is_kind(const Call *c, PyObject *kind) {
-    PyObject *k = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 2), c->index);
+    PyObject *k = call_name(c, F_KIND);
     return k == kind || (PyUnicode_Check(k) && PyUnicode_Compare(k, kind) == 0);
 }
 
@@ -1257,7 +1262,7 @@ static int combine_loop(Combine *m, PyObject *obs) {
             }
             if (unpaired(m, p, pending_dir) < 0) return -1;
         }
-        PyObject *kind = PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 2), c->index);
+        PyObject *kind = call_name(c, F_KIND);
         Py_ssize_t ne = PyList_GET_SIZE(m->events);
         if (ne && is_kind(c, m->kinds[K_FREE])) { /* one empty_cache() frees several segments */
             PyObject *prev = PyList_GET_ITEM(m->events, ne - 1), *ev = PyTuple_GET_ITEM(prev, 0);
