@@ -754,7 +754,7 @@ def test_named_counts_turn_callback_counts_into_calls_per_api():
     assert got == {"drv cbid 7": 1, "drv cuMemcpyHtoDAsync_v2": 100, "rt cudaMemcpyAsync_v3020": 100}
 
 
-# -- _cuptifast.drop_pinned: the copies combine() would pass over, skipped in C -----------------
+# -- _cuptifast.by_pointer: the exit's path in C, host memory asked by pointer there ------------
 _PTRS = {0x7000: 1, 0x7100: 2, 0xd000: 3, 0xd100: 2}  # pointer -> memory kind (1 pageable, 2 pinned, 3 device)
 
 
@@ -778,55 +778,94 @@ def _any_obs():
     return st.lists(st.one_of(copies, copies, syncs, frees, debug), max_size=12)
 
 
+def _fake_runtime(kinds: dict):
+    """A C-callable stand-in for the runtime's cudaPointerGetAttributes (and cudaGetLastError),
+    answering the memory type of each pointer whose CUPTI memory kind ``kinds`` gives (1 pageable,
+    2 pinned, 3 device, 5 managed), failing for any other; (functions, asked, cleared)."""
+    types = {ptr: {1: 0, 2: 1, 3: 2, 5: 3}[k] for ptr, k in kinds.items()}
+    asked, cleared = [], []
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def get_attributes(attr, ptr):
+        asked.append(ptr)
+        if ptr not in types:
+            return 1  # cudaErrorInvalidValue
+        ctypes.c_int.from_address(attr).value = types[ptr]
+        return 0
+
+    @ctypes.CFUNCTYPE(ctypes.c_int)
+    def get_last_error():
+        cleared.append(1)
+        return 0
+
+    addresses = (ctypes.cast(get_attributes, ctypes.c_void_p).value,
+                 ctypes.cast(get_last_error, ctypes.c_void_p).value)
+    functions = lambda: (asked.append("functions"), addresses)[1]  # noqa: E731
+    functions.keep = (get_attributes, get_last_error)  # alive while the test holds functions
+    return functions, asked, cleared
+
+
+def _c_hub_for_calls():
+    """A hub with the C module configured, its table holding every api the random sequences use,
+    so that ``hub.fast.as_call`` makes the C callback's Call for any of them."""
+    hub = FakeHub(path="c")
+    hub.table.update({(1, 17): ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"],
+                      (2, 7): ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"],
+                      (2, 5): ("cudaFree",) + RUNTIME_APIS["cudaFree"],
+                      (2, 165): ("cudaDeviceSynchronize",) + RUNTIME_APIS["cudaDeviceSynchronize"]})
+    hub.use_fast()
+    return hub
+
+
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-def test_drop_pinned_changes_nothing_combine_reports():
-    """Random observation sequences (hand-built calls, no GPU): combine() over what drop_pinned
-    keeps gives the same events and notes as over everything, and only pinned async host<->device
-    copies followed by a copy are dropped. Expected values come from combine's own Python rules."""
+def test_by_pointer_reports_what_combine_reports_with_pointers_asked():
+    """Random observation sequences (hand-built calls, no GPU, a C stand-in for the runtime's
+    pointer query): ``_cuptifast.by_pointer`` over the C callback's Calls gives the events and
+    notes that combine's Python loop gives over the same calls as CudaCalls with the pointers'
+    kinds known (ByPointer); each pointer is asked at most once, and whether it may be asked at
+    most once, only when a pointer must be asked. Told that nothing may be asked (a capturing
+    stream), it reports as combine does knowing nothing. Expected values come from combine."""
     from hypothesis import given, settings
 
-    hub = FakeHub(path="c")  # configures the C module with CudaCall
+    hub = _c_hub_for_calls()
+    args = (SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",), cuda._C_KINDS)
 
-    @settings(max_examples=400, deadline=None)
+    def by_pointer(calls, functions):
+        events, unknown, undirected = hub.fast.by_pointer(calls, functions, *args)
+        return events, cuda._notes(unknown, undirected)
+
+    @settings(max_examples=500, deadline=None)
     @given(_any_obs())
     def check(obs):
-        asked: list = []
-        memory = ByPointer(_PTRS)
-        kept = hub.fast.drop_pinned(obs, lambda ptrs: asked.append(ptrs) or memory.pinned(ptrs))
-        assert combine(kept, ByPointer(_PTRS)) == combine(obs, ByPointer(_PTRS))
-        dropped = [o for o in obs if not any(o is k for k in kept)]
-        for o in dropped:
-            i = next(i for i, x in enumerate(obs) if x is o)
-            assert o.role == "copy" and o.is_async and o.direction in ("h2d", "d2h")
-            assert _PTRS.get(o.host_ptr) == 2 and obs[i + 1].role == "copy"
-        # at most one question, each pointer in it once, and only candidates' pointers
-        assert len(asked) <= 1 and all(len(set(q)) == len(q) for q in asked)
-        cuda = [o.source == "cuda" for o in obs]
-        candidates = {o.host_ptr for i, (o, nxt) in enumerate(zip(obs, obs[1:]))
-                      if cuda[i] and cuda[i + 1] and o.role == "copy" and o.is_async
-                      and o.direction in ("h2d", "d2h") and o.host_ptr is not None
-                      and nxt.role == "copy"}
-        assert set(asked[0] if asked else ()) == candidates
-        assert [o for o in obs if any(o is k for k in kept)] == kept  # order kept
+        calls = [hub.fast.as_call(o) if isinstance(o, CudaCall) else o for o in obs]
+        functions, asked, cleared = _fake_runtime(_PTRS)
+        assert by_pointer(calls, functions) == combine(obs, ByPointer(_PTRS))
+        pointers = [a for a in asked if a != "functions"]
+        assert len(pointers) == len(set(pointers)) and asked.count("functions") == (1 if asked else 0)
+        assert len(cleared) == pointers.count(0x9999)  # a failed query leaves no error behind
+        assert by_pointer(calls, lambda: None) == combine(obs, ByPointer({}))
 
     check()
     copy = lambda ptr: _obs("cudaMemcpyAsync", "copy", "h2d", True, src=ptr)  # noqa: E731
     run = [copy(0x7100) for _ in range(100)] + [copy(0x7000)]
-    calls = []
-    kept = hub.fast.drop_pinned(run, lambda ptrs: calls.append(ptrs) or ByPointer(_PTRS).pinned(ptrs))
-    assert kept == run[-1:] and calls == [(0x7100,)]  # 100 pinned copies dropped, asked once
-    assert hub.fast.drop_pinned(run[:1], None) is not None
+    functions, asked, _ = _fake_runtime(_PTRS)
+    events, notes = by_pointer([hub.fast.as_call(o) for o in run], functions)
+    # 100 pinned copies passed over (their pointer asked once), the last one pageable
+    assert [e.kind for e, _, _ in events] == ["pageable_copy"] and notes == []
+    assert asked == ["functions", 0x7100, 0x7000]
+    # a Python callback's CudaCall among them: NotImplemented, nothing asked
+    functions, asked, _ = _fake_runtime(_PTRS)
+    assert hub.fast.by_pointer(run, functions, *args) is NotImplemented and asked == []
+    calls = [hub.fast.as_call(o) for o in run]
     with pytest.raises(ZeroDivisionError):
-        hub.fast.drop_pinned(run, lambda ptrs: 1 / 0)
-    with pytest.raises(ValueError, match="answered 0 flags for 1 pointers"):
-        hub.fast.drop_pinned(run, lambda ptrs: ())
-    # the list is read in place: if pinned() changes it, nothing is dropped (and nothing read
-    # is gone: the calls cleared from the list were only referenced by it)
-    mutable = [copy(0x7100) for _ in range(3)] + [copy(0x7000)]
-    assert hub.fast.drop_pinned(mutable, lambda ptrs: mutable.clear() or [True]) is mutable
-    mutable = [copy(0x7100) for _ in range(3)] + [copy(0x7000)]
-    swapped = hub.fast.drop_pinned(mutable, lambda ptrs: mutable.reverse() or [True])
-    assert swapped is mutable and len(swapped) == 4
+        hub.fast.by_pointer(calls, lambda: 1 / 0, *args)
+    with pytest.raises(TypeError):
+        hub.fast.by_pointer(calls, lambda: "no addresses", *args)
+    # functions() runs Python: the calls as they were when the exit began are judged
+    functions, _, _ = _fake_runtime(_PTRS)
+    mutable = list(calls)
+    got = hub.fast.by_pointer(mutable, lambda: mutable.clear() or functions(), *args)
+    assert [e.kind for e, _, _ in got[0]] == ["pageable_copy"] and mutable == []
 
 
 def _c_hub_with_a_copy():
@@ -1022,12 +1061,7 @@ def test_the_c_combine_reports_what_the_python_loop_reports():
     CudaCall (handed over by the Python callback) goes to the Python loop."""
     from hypothesis import given, settings
 
-    hub = FakeHub(path="c")
-    hub.table.update({(1, 17): ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"],
-                      (2, 7): ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"],
-                      (2, 5): ("cudaFree",) + RUNTIME_APIS["cudaFree"],
-                      (2, 165): ("cudaDeviceSynchronize",) + RUNTIME_APIS["cudaDeviceSynchronize"]})
-    hub.use_fast()
+    hub = _c_hub_for_calls()
     records = {1: (1, 1, 3), 2: (2, 3, 2), 3: (1, 2, 3)}  # by correlation id; 4 has none
 
     @settings(max_examples=500, deadline=None)

@@ -8,8 +8,9 @@ callbacks off costs each way CUPTI offers.
    and with it known already; warm (back to back) and cold (right after another 100 merges and a
    device sync, as in a real region's exit). (Until effc77e ``pointer_kinds`` was a pass of its
    own, timed apart: ``reports/probes/exit-cf9999a/``.) Then the exit's own path with the C
-   module, ``combine_by_pointer`` (``drop_pinned`` in C, then ``combine``), its ``drop_pinned``
-   alone, and the runtime's pointer question for the region's distinct host pointers alone.
+   module, ``combine_by_pointer`` (one C call, ``_cuptifast.by_pointer``, which
+   replaced ``drop_pinned`` then ``combine``; the 8b316a8 run timed ``drop_pinned`` alone too), and the runtime's pointer question for the region's
+   distinct host pointers alone.
 2. Switching every callback off before ``cuptiUnsubscribe`` (which keeps a syncing thread from
    crashing: reports/probes/cupti-threads-2.11.0/): one ``cuptiEnableCallback(0)`` per id (the
    detector's way, in one C loop), ``cuptiEnableDomain(0)`` for the runtime and driver domains, or
@@ -78,12 +79,9 @@ addrs = hostmem._addresses(hostmem._load_cudart())
 for name, fn in (("combine(obs) with the pointer asked (hostmem.pointer_kinds)",
                   lambda: combine(obs, hostmem.pointer_kinds(HUB.fast))),
                  ("combine(obs), the pointer known", lambda: combine(obs, memory)),
-                 # what the exit runs (with the C module): drop_pinned, then combine
+                 # what the exit runs (with the C module): _cuptifast.by_pointer, one C call
                  ("combine_by_pointer(obs, C module) (the exit's)",
                   lambda: combine_by_pointer(obs, HUB.fast)),
-                 ("drop_pinned(obs), pointers asked (fresh pointer_kinds)",
-                  lambda: HUB.fast.drop_pinned(obs, hostmem.pointer_kinds(HUB.fast).pinned)),
-                 ("drop_pinned(obs), pointers known", lambda: HUB.fast.drop_pinned(obs, memory.pinned)),
                  (f"cudaPointerGetAttributes on the {len(ptrs)} distinct host pointer(s), one batch",
                   lambda: HUB.fast.pointer_types(*addrs, ptrs))):
     warm(name, fn)

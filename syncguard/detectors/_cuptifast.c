@@ -325,12 +325,12 @@ done:
  * same names, read as attributes, with the numbers kept as C values until one is read. A
  * CudaCall (a tuple of 16 Python objects) made nine objects per copy: ~0.8 us of the
  * ~3.2 us a sync-free merge spent in the callback on the H200's host
- * (reports/probes/callback-pieces-384ab15/). A copy that drop_pinned leaves out is now read
+ * (reports/probes/callback-pieces-384ab15/). A copy that by_pointer passes over is now read
  * without making any. The Python callback still makes CudaCalls; combine's Python loop and
- * hostmem read both by attribute, _cuptifast.combine and drop_pinned read Calls raw. */
+ * hostmem read both by attribute, _cuptifast.combine and by_pointer read Calls raw. */
 typedef struct Call {
     PyObject_HEAD
-    /* first, within the object's first 48 bytes: what drop_pinned reads of each of a region's
+    /* first, within the object's first 48 bytes: what pinned_copies reads of each of a region's
      * calls at its exit, with caches cold (one cache line per call where the object starts on
      * one) */
     int16_t index;
@@ -975,131 +975,153 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* drop_pinned(observations, pinned) -> list: the region's observations without the async
- * host<->device copies that cannot become an event in detectors.cuda.combine, so that its Python
- * loop, which runs once per observation with caches cold at region exit, skips them (100 merges:
- * 100 pinned copies, ~1 us each on the H200's host). Such a copy is one whose next cuda
- * observation is a copy too (combine pairs an async copy only with the call right after it, and a
- * copy ends the pairing) and whose host memory is pinned (an unpaired pinned copy made the host
- * wait for nothing). Anything else is kept, as is every observation that neither callback made,
- * which also ends a candidate's run (kept: combine decides). The candidates' distinct host
- * pointers are found first and asked in one question, pinned(pointers) -> flags (ByPointer's:
- * one batch for the runtime, where a question per pointer from here cost ~0.65 us per copy of
- * 100 merges on the H200's host, reports/gpu/2.11.0/overhead-2.11.0.json). Returns the same list
- * when nothing is dropped. */
-static int read_obs(PyObject *o, int *is_copy, int *async_host, unsigned long long *key) {
-    /* 1: a call of either callback (is_copy, async_host and its host pointer set); 0: another
-     * detector's observation; -1: error */
-    *is_copy = *async_host = 0;
-    if (Py_IS_TYPE(o, &CallType)) { /* the C callback's: read as C values */
+/* ---- host memory by pointer, in C ------------------------------------------------------------
+ *
+ * hostmem.ByPointer's answers for by_pointer(): the CUPTI memory kind of each host pointer a
+ * region's copies used, asked of the runtime (cudaPointerGetAttributes) the first time a copy
+ * needs it, never twice. A 100-merge region's exit spent ~19 us cold on the H200's host asking
+ * its one pointer through Python (ByPointer, pointer_kinds' ask, a batch call back into C:
+ * reports/probes/region-exit-8b316a8/); here the question is one C loop. functions() says what
+ * to call it with: (cudaPointerGetAttributes, cudaGetLastError) addresses, or None while nothing
+ * may be asked (the thread's stream captures a graph, no runtime); it is called once, at the first
+ * question, as pointer_kinds checks the capture once. */
+typedef struct {
+    uint64_t *key;     /* open addressing; 0: empty (a null pointer is never asked) */
+    int *kind;         /* CUPTI memory kind, -1: asked and nothing said */
+    size_t cap, n;     /* cap: a power of two */
+    PyObject *functions;
+    int state;         /* 0: functions() not called yet; 1: may ask; 2: never ask */
+    PointerAttributesFn get;
+    GetLastErrorFn clear;
+} Pointers;
+
+static void pointers_free(Pointers *p) { PyMem_Free(p->key); PyMem_Free(p->kind); }
+
+static size_t pointers_slot(const Pointers *p, uint64_t k) {
+    size_t h = (size_t)((k >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (p->cap - 1);
+    while (p->key[h] && p->key[h] != k) h = (h + 1) & (p->cap - 1);
+    return h;
+}
+
+static int pointers_grow(Pointers *p, size_t more) {
+    if (p->cap && 2 * (p->n + more) <= p->cap) return 0;
+    size_t cap = p->cap ? p->cap : 16;
+    while (cap < 2 * (p->n + more)) cap *= 2;
+    Pointers q = *p;
+    q.cap = cap; q.n = 0;
+    q.key = PyMem_Calloc(cap, sizeof *q.key);
+    q.kind = PyMem_Calloc(cap, sizeof *q.kind);
+    if (!q.key || !q.kind) { pointers_free(&q); PyErr_NoMemory(); return -1; }
+    for (size_t i = 0; i < p->cap; i++)
+        if (p->key[i]) { size_t h = pointers_slot(&q, p->key[i]); q.key[h] = p->key[i]; q.kind[h] = p->kind[i]; q.n++; }
+    pointers_free(p);
+    *p = q;
+    return 0;
+}
+
+/* cudaPointerGetAttributes' memory type -> CUPTI's memory kind (hostmem._KIND_OF_TYPE: host memory
+ * not registered is pageable, registered pinned); -1 (the query failed): nothing says */
+static int kind_of_type(int t) { return t < 0 ? -1 : t == 0 ? 1 : t == 1 ? 2 : t == 2 ? 3 : t == 3 ? 5 : 0; }
+
+/* ask every pointer of ptrs[0..n) not known yet (nulls skipped), with the GIL released around the
+ * runtime's calls */
+static int pointers_ask(Pointers *p, const uint64_t *ptrs, Py_ssize_t n) {
+    if (pointers_grow(p, (size_t)n) < 0) return -1;
+    uint64_t *ask = PyMem_Malloc(sizeof *ask * (size_t)(n ? n : 1));
+    int *types = PyMem_Malloc(sizeof *types * (size_t)(n ? n : 1));
+    if (!ask || !types) { PyMem_Free(ask); PyMem_Free(types); PyErr_NoMemory(); return -1; }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!ptrs[i] || p->key[pointers_slot(p, ptrs[i])]) continue;
+        int dup = 0;
+        for (Py_ssize_t j = 0; j < m && !dup; j++) dup = ask[j] == ptrs[i];
+        if (!dup) ask[m++] = ptrs[i];
+    }
+    int rc = 0;
+    if (m && p->state == 0) { /* the first question: may the runtime be asked at all? */
+        p->state = 2;
+        PyObject *r = PyObject_CallNoArgs(p->functions);
+        unsigned long long a = 0, b = 0;
+        if (r && r != Py_None && !PyTuple_Check(r))
+            PyErr_Format(PyExc_TypeError, "functions() must return None or two addresses, not %R", r);
+        if (!r || (r != Py_None && (!PyTuple_Check(r) || !PyArg_ParseTuple(r, "KK", &a, &b)))) rc = -1;
+        else if (r != Py_None) {
+            p->get = (PointerAttributesFn)(uintptr_t)a;
+            p->clear = (GetLastErrorFn)(uintptr_t)b;
+            p->state = 1;
+        }
+        Py_XDECREF(r);
+    }
+    if (rc == 0 && m) {
+        if (p->state == 1) {
+            PointerAttributesFn get = p->get;
+            GetLastErrorFn clear = p->clear;
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t i = 0; i < m; i++) {
+                /* cudaPointerAttributes: type, device, devicePointer, hostPointer; room for more */
+                struct { int type; int device; void *dev; void *host; long reserved[16]; } a;
+                memset(&a, 0, sizeof a);
+                if (get(&a, (const void *)(uintptr_t)ask[i]) != 0) { clear(); types[i] = -1; }
+                else types[i] = a.type;
+            }
+            Py_END_ALLOW_THREADS
+        } else {
+            for (Py_ssize_t i = 0; i < m; i++) types[i] = -1;
+        }
+        for (Py_ssize_t i = 0; i < m; i++) {
+            size_t h = pointers_slot(p, ask[i]);
+            p->key[h] = ask[i]; p->kind[h] = kind_of_type(types[i]); p->n++;
+        }
+    }
+    PyMem_Free(ask); PyMem_Free(types);
+    return rc;
+}
+
+/* the CUPTI memory kind of ptr, asked if need be; -1: nothing says; -2: error */
+static int pointer_kind(Pointers *p, uint64_t ptr) {
+    if (!ptr) return -1;
+    if (pointers_ask(p, &ptr, 1) < 0) return -2;
+    return p->kind[pointers_slot(p, ptr)];
+}
+
+/* The async host<->device copies that cannot become an event (drop[i] = 1), so that the
+ * combining loop passes over them: 100 merges leave 100 pinned copies, each ~1 us in Python
+ * with caches cold on the H200's host. Such a copy is one whose next cuda observation is a copy
+ * too (combine pairs an async copy only with the call right after it, and a copy ends the
+ * pairing) and whose host memory is pinned (an unpaired pinned copy made the host wait for
+ * nothing). Anything else is kept, and an observation of another detector ends a candidate's
+ * run. The candidates' distinct host pointers are asked in one question. 1: a call of the
+ * Python callback is among them (by_pointer answers NotImplemented); -1: error. */
+static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
+    Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, nptr = 0;
+    uint64_t *ptrs = PyMem_Malloc(sizeof *ptrs * (size_t)(n ? n : 1));
+    if (!ptrs) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = PyList_GET_ITEM(obs, i);
+        if (!Py_IS_TYPE(o, &CallType)) {
+            if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { PyMem_Free(ptrs); return 1; }
+            cand = -1; /* another detector's: ends a candidate's run (combine decides the rest) */
+            continue;
+        }
         const Call *k = (const Call *)o;
-        *is_copy = k->role == ROLE_COPY;
-        *async_host = *is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
-                                                  (k->dir == DIR_D2H && k->has_dst));
-        *key = k->dir == DIR_H2D ? k->src : k->dst;
-        return 1;
-    }
-    if (!call_type || !PyObject_TypeCheck(o, (PyTypeObject *)call_type)) return 0;
-    PyObject *role = PyTuple_GET_ITEM(o, 1), *dir = PyTuple_GET_ITEM(o, 3); /* the Python callback's */
-    *is_copy = PyUnicode_Check(role) && PyUnicode_CompareWithASCIIString(role, "copy") == 0;
-    if (*is_copy && PyTuple_GET_ITEM(o, 4) == Py_True && PyUnicode_Check(dir)) {
-        int h2d = PyUnicode_CompareWithASCIIString(dir, "h2d") == 0;
-        int d2h = !h2d && PyUnicode_CompareWithASCIIString(dir, "d2h") == 0;
-        PyObject *ptr = PyTuple_GET_ITEM(o, h2d ? 13 : 14);
-        if ((h2d || d2h) && PyLong_Check(ptr)) {
-            *key = PyLong_AsUnsignedLongLong(ptr);
-            if (PyErr_Occurred()) return -1;
-            *async_host = 1;
-        }
-    }
-    return 1;
-}
-
-
-static PyObject *fn_drop_pinned(PyObject *self, PyObject *args) {
-    PyObject *given, *pinned_fn;
-    if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &given, &pinned_fn)) return NULL;
-    if (PyList_GET_SIZE(given) < 2) return Py_NewRef(given);
-    /* The list is read in place, not copied: a copy took and gave back a reference to each of
-     * 100 merges' calls, with caches cold at region exit. Pass 1 runs no Python; pinned() does,
-     * so the item pointers are kept and, after it, the list must still hold exactly them (else
-     * nothing is dropped: combine then sees everything, as without this step). */
-    PyObject *out = NULL, *flags = NULL, *ptrs = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(given), cand = -1, nptr = 0, dropped = 0, nslots = 4;
-    while (nslots < 2 * n) nslots *= 2;
-    PyObject **items = PyMem_Malloc(sizeof(PyObject *) * (size_t)n);
-    char *drop = PyMem_Calloc((size_t)n, 1);
-    unsigned long long *keys = PyMem_Calloc((size_t)n, sizeof *keys),
-                       *uniq = PyMem_Calloc((size_t)n, sizeof *uniq);
-    /* which[i]: candidate i's pointer's place in uniq; slots: pointer -> place + 1 (0: empty) */
-    Py_ssize_t *which = PyMem_Calloc((size_t)n, sizeof *which),
-               *slots = PyMem_Calloc((size_t)nslots, sizeof *slots);
-    if (!items || !drop || !keys || !uniq || !which || !slots) { PyErr_NoMemory(); goto done; }
-    memcpy(items, ((PyListObject *)given)->ob_item, sizeof(PyObject *) * (size_t)n);
-    /* pass 1: the candidates (marked in drop[] for now) and their distinct host pointers */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int is_copy, async_host;
-        unsigned long long key = 0;
-        int r = read_obs(items[i], &is_copy, &async_host, &key);
-        if (r < 0) goto done;
-        if (r == 0) { cand = -1; continue; } /* another detector's: ends a candidate's run */
-        if (is_copy && cand >= 0) {
-            unsigned long long k = keys[cand];
-            size_t h = (size_t)((k >> 4) * 0x9e3779b97f4a7c15ULL >> 32) & (size_t)(nslots - 1);
-            while (slots[h] && uniq[slots[h] - 1] != k) h = (h + 1) & (size_t)(nslots - 1);
-            if (!slots[h]) { uniq[nptr++] = k; slots[h] = nptr; }
-            which[cand] = slots[h] - 1;
-            drop[cand] = 1;
-        }
+        int is_copy = k->role == ROLE_COPY;
+        if (is_copy && cand >= 0) drop[cand] = 1;
+        int async_host = is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
+                                                    (k->dir == DIR_D2H && k->has_dst));
         cand = async_host ? i : -1;
-        keys[i] = key;
     }
-    if (!nptr) { out = Py_NewRef(given); goto done; }
-    /* one question for every distinct pointer */
-    ptrs = PyTuple_New(nptr);
-    for (Py_ssize_t i = 0; ptrs && i < nptr; i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(uniq[i]);
-        if (!v) { Py_CLEAR(ptrs); break; }
-        PyTuple_SET_ITEM(ptrs, i, v);
-    }
-    if (!ptrs) goto done;
-    PyObject *answer = PyObject_CallOneArg(pinned_fn, ptrs);
-    if (!answer) goto done;
-    flags = PySequence_Fast(answer, "pinned() must return a sequence of flags");
-    Py_DECREF(answer);
-    if (!flags) goto done;
-    if (PySequence_Fast_GET_SIZE(flags) != nptr) {
-        PyErr_Format(PyExc_ValueError, "pinned() answered %zd flags for %zd pointers",
-                     PySequence_Fast_GET_SIZE(flags), nptr);
-        goto done;
-    }
-    if (PyList_GET_SIZE(given) != n ||
-        memcmp(items, ((PyListObject *)given)->ob_item, sizeof(PyObject *) * (size_t)n) != 0) {
-        out = Py_NewRef(given); /* changed under us: drop nothing */
-        goto done;
-    }
-    /* pass 2: a candidate is dropped when its pointer is pinned */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!drop[i]) continue;
-        int yes = PyObject_IsTrue(PySequence_Fast_GET_ITEM(flags, which[i]));
-        if (yes < 0) goto done;
-        drop[i] = (char)yes;
-        dropped += yes;
-    }
-    if (!dropped) {
-        out = Py_NewRef(given);
-    } else {
-        out = PyList_New(n - dropped);
-        for (Py_ssize_t i = 0, j = 0; out && i < n; i++)
-            if (!drop[i]) PyList_SET_ITEM(out, j++, Py_NewRef(items[i]));
-    }
-done:
-    PyMem_Free(items); PyMem_Free(drop); PyMem_Free(keys); PyMem_Free(uniq); PyMem_Free(which);
-    PyMem_Free(slots);
-    Py_XDECREF(flags); Py_XDECREF(ptrs);
-    return out;
+    nptr = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (drop[i]) { const Call *k = (const Call *)PyList_GET_ITEM(obs, i); ptrs[nptr++] = k->dir == DIR_H2D ? k->src : k->dst; }
+    int rc = nptr ? pointers_ask(p, ptrs, nptr) : 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
+        if (drop[i]) {
+            const Call *k = (const Call *)PyList_GET_ITEM(obs, i);
+            drop[i] = p->kind[pointers_slot(p, k->dir == DIR_H2D ? k->src : k->dst)] == 2;
+        }
+    PyMem_Free(ptrs);
+    return rc;
 }
-
 /* ---- combine: a region's calls into events, in C ----------------------------------------------
  *
  * detectors.cuda.combine's loop, for a region whose cuda observations are all this module's
@@ -1115,6 +1137,8 @@ typedef struct {
     PyObject *type, *defaults, *detectors, *kinds[5]; /* borrowed, from the arguments */
     PyObject *site, *filename, *lineno, *function, *stack; /* the last site read (owned) */
     PyObject *host_kind, *direction, *events;
+    Pointers *ptrs;    /* by_pointer's: host memory asked here, not of host_kind and direction */
+    const char *skip;  /* by_pointer's: observations passed over (pinned_copies) */
     long unknown, undirected;
 } Combine;
 enum { K_COPY_H2D, K_COPY_D2H, K_PAGEABLE, K_STREAM_SYNC, K_FREE };
@@ -1171,6 +1195,10 @@ out:
 
 /* 1 pinned, 2 pageable, 3 something else, 0 nothing says; -1 error */
 static int host_memory(Combine *m, const Call *c, int dir) {
+    if (m->ptrs) { /* as ByPointer.host_kind names the kind */
+        int k = pointer_kind(m->ptrs, dir == DIR_H2D ? (c->has_src ? c->src : 0) : (c->has_dst ? c->dst : 0));
+        return k == -2 ? -1 : k < 0 ? 0 : k == 2 ? 1 : k == 1 ? 2 : 3;
+    }
     PyObject *name = PyObject_CallFunctionObjArgs(m->host_kind, (PyObject *)c, s_dir[dir], NULL);
     if (!name) return -1;
     int r = name == Py_None ? 0 : same(name, s_pinned) == 1 ? 1 : same(name, s_pageable) == 1 ? 2 : 3;
@@ -1197,6 +1225,7 @@ static int combine_loop(Combine *m, PyObject *obs) {
     const Call *pending = NULL;
     int pending_dir = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (m->skip && m->skip[i]) continue;
         PyObject *o = PyList_GET_ITEM(obs, i);
         if (!Py_IS_TYPE(o, &CallType)) {
             if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) return 1;
@@ -1215,7 +1244,18 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 pending = NULL;
             }
             int dir = c->dir;
-            if (!dir) {
+            if (!dir && m->ptrs) { /* as ByPointer.direction: which side is the host's */
+                uint64_t both[2] = {c->has_src ? c->src : 0, c->has_dst ? c->dst : 0};
+                int ks = -1, kd = -1;
+                if (both[0] && both[1]) {
+                    if (pointers_ask(m->ptrs, both, 2) < 0) return -1;
+                    ks = pointer_kind(m->ptrs, both[0]);
+                    kd = pointer_kind(m->ptrs, both[1]);
+                }
+                if (ks < 0 || kd < 0) { m->undirected++; continue; }
+                int from_host = ks == 1 || ks == 2, to_host = kd == 1 || kd == 2;
+                dir = from_host ? (to_host ? DIR_H2H : DIR_H2D) : (to_host ? DIR_D2H : DIR_D2D);
+            } else if (!dir) {
                 PyObject *d = PyObject_CallOneArg(m->direction, o);
                 if (!d) return -1;
                 for (int k = 1; k < 5; k++) if (same(d, s_dir[k]) == 1) { dir = k; break; }
@@ -1320,9 +1360,50 @@ static PyObject *fn_combine(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nll)", m.events, m.unknown, m.undirected);
 }
 
+/* by_pointer(observations, functions, event_type, defaults, detectors, kinds) ->
+ * (events, unknown, undirected), or NotImplemented: detectors.cuda.combine_by_pointer in one call,
+ * the exit's path with this module: the pinned copies that can make no event passed over
+ * (pinned_copies), the rest combined as combine() does, host memory asked by pointer here
+ * (Pointers) as hostmem.ByPointer asks it. functions: see Pointers. */
+static PyObject *fn_by_pointer(PyObject *self, PyObject *args) {
+    Combine m = {0};
+    Pointers p = {0};
+    PyObject *obs, *kinds;
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O!", &PyList_Type, &obs, &p.functions, &PyType_Type,
+                          &m.type, &PyDict_Type, &m.defaults, &PyTuple_Type, &m.detectors,
+                          &PyTuple_Type, &kinds))
+        return NULL;
+    if (PyTuple_GET_SIZE(kinds) != 5) {
+        PyErr_SetString(PyExc_ValueError, "by_pointer: kinds must name 5 kinds");
+        return NULL;
+    }
+    for (int k = 0; k < 5; k++) m.kinds[k] = PyTuple_GET_ITEM(kinds, k);
+    /* a copy: functions() is Python, and may not move what we read */
+    PyObject *own = PyList_GetSlice(obs, 0, PY_SSIZE_T_MAX);
+    char *skip = own ? PyMem_Calloc((size_t)PyList_GET_SIZE(own) + 1, 1) : NULL;
+    int rc = -1;
+    if (own && !skip) PyErr_NoMemory();
+    if (skip) rc = pinned_copies(own, &p, skip);
+    if (rc == 0) {
+        m.ptrs = &p;
+        m.skip = skip;
+        m.events = PyList_New(0);
+        rc = m.events ? combine_loop(&m, own) : -1;
+    }
+    combine_clear(&m);
+    pointers_free(&p);
+    PyMem_Free(skip);
+    Py_XDECREF(own);
+    if (rc != 0) {
+        Py_XDECREF(m.events);
+        return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    return Py_BuildValue("(Nll)", m.events, m.unknown, m.undirected);
+}
+
 /* as_call(cudacall) -> Call: the Call the C callback makes for the call a CudaCall describes
  * (its api one of the configured table's, with that entry's role and kind), so that tests and
- * tools can hand combine and drop_pinned the objects a real region holds. */
+ * tools can hand combine and by_pointer the objects a real region holds. */
 static PyObject *fn_as_call(PyObject *self, PyObject *arg) {
     if (!call_type || !PyObject_TypeCheck(arg, (PyTypeObject *)call_type) || !names_table) {
         PyErr_SetString(PyExc_TypeError, "as_call: a CudaCall, after configure()");
@@ -1390,8 +1471,10 @@ static PyMethodDef methods[] = {
      "timing(on) -> {piece: (ns, count)} since the last call (then zeroed); on: time from now"},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
     {"fire", fn_fire, METH_VARARGS, "fire(domain, cbid, callback data address): as CUPTI would."},
-    {"drop_pinned", fn_drop_pinned, METH_VARARGS,
-     "drop_pinned(observations, pinned) -> observations less the pinned copies no sync pairs"},
+    {"by_pointer", fn_by_pointer, METH_VARARGS,
+     "by_pointer(observations, functions, event_type, defaults, detectors, kinds) -> (events, "
+     "unknown, undirected), host memory asked by pointer; NotImplemented where a call is not this "
+     "module's"},
     {"combine", fn_combine, METH_VARARGS,
      "combine(observations, host_kind, direction, event_type, defaults, detectors, kinds) -> "
      "(events, unknown, undirected), or NotImplemented where a call is not this module's"},

@@ -50,7 +50,7 @@ from . import DetectorUnavailable
 from . import cupti as C
 from .cudacalls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
                         CudaCall, callback_table, canonical)
-from .hostmem import ActivityRecords, ByCorrelation, pointer_kinds
+from .hostmem import ActivityRecords, ByCorrelation, pointer_functions, pointer_kinds
 
 
 class CuptiCalls:
@@ -430,16 +430,21 @@ def _event(o, api, kind, detectors=("cuda",), blocked=None) -> SyncEvent:
 
 def combine_by_pointer(obs, fast=None) -> tuple[list, list[str]]:
     """:func:`combine` with host memory asked of the runtime by pointer. With the C module
-    (``fast``), the pinned copies that can make no event are left out first, in C: 100 merges
-    leave 100 of them, which combine's Python loop took ~1 us each to pass over at region exit
-    on the H200's host; their pointers are asked in one question."""
-    memory = pointer_kinds(fast)
+    (``fast``) in one C call (``_cuptifast.by_pointer``): the pinned copies that can make no event
+    are passed over first (100 merges leave 100 of them, which combine's Python loop took ~1 us
+    each to pass over at region exit on the H200's host), their pointers asked in one question,
+    and the rest combined by combine's rules with the pointers asked in C, as
+    :class:`~.hostmem.ByPointer` asks them (through Python, that question took ~19 us of a
+    100-merge region's exit with caches cold: reports/probes/region-exit-8b316a8/)."""
     if fast is not None:
-        obs = fast.drop_pinned(obs, memory.pinned)
-    return combine(obs, memory, fast)
+        got = fast.by_pointer(obs, pointer_functions, SyncEvent, _SYNC_FIELDS, ("cuda",), _C_KINDS)
+        if got is not NotImplemented:
+            events, unknown, undirected = got
+            return events, _notes(unknown, undirected)
+    return combine(obs, pointer_kinds(fast), fast)
 
 
-#: the kinds ``_cuptifast.combine`` names events with, in its order
+#: the kinds ``_cuptifast.combine`` and ``by_pointer`` name events with, in its order
 _C_KINDS = (BLOCKING_COPY_H2D, BLOCKING_COPY_D2H, PAGEABLE_COPY, STREAM_SYNC, IMPLICIT_FREE)
 
 

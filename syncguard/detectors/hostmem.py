@@ -171,15 +171,16 @@ class ByPointer:
     first time a copy needs them, once per pointer, so the region's exit makes one pass over its
     copies (combine's); a Python pass of its own to collect the pointers first cost ~0.08 ms of a
     100-merge region's exit on the H200's host, with caches cold
-    (reports/probes/query-order-4528237/). ``_cuptifast.drop_pinned``'s pass, in C, asks its
-    pointers in one question (:meth:`pinned`). Without ``ask`` only ``kinds`` is known."""
+    (reports/probes/query-order-4528237/). With the C module the exit asks in C by the same
+    rules (``_cuptifast.by_pointer``); this class serves the Python path. Without ``ask`` only
+    ``kinds`` is known."""
 
     def __init__(self, kinds: dict | None = None, ask=None) -> None:
         self.kinds = dict(kinds or {})
         self._names = {p: C.MEMORY_KIND.get(k) for p, k in self.kinds.items()}
         self._ask = ask
 
-    # Plain loops, not comprehensions, in _learn and pinned (and pointer_kinds' ask): they run
+    # Plain loops, not comprehensions, in _learn (and pointer_kinds' ask): they run
     # once per region exit with caches cold, where each comprehension's own frame cost about a
     # microsecond (reports/cpu/region-cold.md).
     def _learn(self, ptrs) -> None:
@@ -196,21 +197,6 @@ class ByPointer:
                         kinds[ptr] = kind
         for ptr in ptrs:
             names[ptr] = _MEMORY_KIND.get(kinds.get(ptr))
-
-    def pinned(self, ptrs) -> list[bool]:
-        """Whether each host pointer in ``ptrs`` (distinct) is pinned, the ones not known yet
-        asked in one question (``_cuptifast.drop_pinned``'s)."""
-        names = self._names
-        new = []
-        for ptr in ptrs:
-            if ptr not in names:
-                new.append(ptr)
-        if new:
-            self._learn(new)
-        flags = []
-        for ptr in ptrs:
-            flags.append(names[ptr] == "pinned")
-        return flags
 
     def host_kind(self, call, direction: str) -> str | None:
         ptr = call.src if direction == _H2D else call.dst
@@ -237,6 +223,24 @@ class ByPointer:
         return ("h2h" if to_host else _H2D) if from_host else (_D2H if to_host else "d2d")
 
 
+def _runtime():
+    """The libcudart torch loaded, or None when nothing may be asked of it now: the thread's
+    current stream captures a graph, or there is no runtime."""
+    try:
+        import torch
+
+        return None if torch.cuda.is_current_stream_capturing() else _load_cudart()
+    except Exception:
+        return None
+
+
+def pointer_functions() -> tuple[int, int] | None:
+    """cudaPointerGetAttributes' and cudaGetLastError's addresses for ``_cuptifast.by_pointer``,
+    which calls this once, at a region's first question; None: nothing may be asked now."""
+    lib = _runtime()
+    return None if lib is None else _addresses(lib)
+
+
 def pointer_kinds(fast=None) -> ByPointer:
     """The memory kinds of the pointers that two kinds of copy need, asked of the runtime when a
     copy first needs one, as the region exits (no callback is running then), on its thread:
@@ -247,18 +251,13 @@ def pointer_kinds(fast=None) -> ByPointer:
 
     Nothing is asked while the thread's current stream captures a graph (checked once, at the
     first question). ``fast``: the C callback's module, which asks a batch of pointers in one call
-    without a ctypes call per pointer (~1 us each on the H200's host)."""
+    without a ctypes call per pointer (~1 us each on the H200's host). The exit's own path with
+    the C module asks in C (``_cuptifast.by_pointer``, with :func:`pointer_functions`)."""
     state: dict = {}
 
     def ask(ptrs) -> list:
         if "lib" not in state:
-            try:
-                import torch
-
-                capturing = torch.cuda.is_current_stream_capturing()
-                state["lib"] = None if capturing else _load_cudart()
-            except Exception:
-                state["lib"] = None
+            state["lib"] = _runtime()
         lib = state["lib"]
         if lib is None:
             return [None] * len(ptrs)
