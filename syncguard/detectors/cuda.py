@@ -121,7 +121,8 @@ class CuptiCalls:
                     self.lib.lib.cuptiUnsubscribe(self.handle)
                 if self.fast is not None:  # as the C off() does: no region kept alive there
                     self.fast.forget()
-        self.activity.disable()
+        if self.activity.on:
+            self.activity.disable()
 
 
 class CuptiHub(CallPath, CuptiCalls):
