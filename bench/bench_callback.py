@@ -399,22 +399,27 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
     return rows
 
 
-def _read_table(paths) -> dict:
-    """name -> per-column minimum over the given result files of this script."""
+def _read_runs(paths) -> dict:
+    """name -> [per-column values of one run] for each given result file of this script."""
     rows: dict = {}
     for p in paths:
         with open(p) as fh:
             for line in fh:
                 if line.startswith("| ") and not line.startswith("| path"):
                     cells = [c.strip() for c in line.strip().strip("|").split("|")]
-                    vals = [float(v) for v in cells[1:]]
-                    rows[cells[0]] = [min(x, y) for x, y in zip(rows.get(cells[0], vals), vals)]
+                    rows.setdefault(cells[0], []).append([float(v) for v in cells[1:]])
     return rows
 
 
 def compare(before, after, out, labels=("before", "after")) -> None:
-    """One before/after table from alternating runs of two versions (minimum per cell)."""
-    b, a = _read_table(before), _read_table(after)
+    """One before/after table from alternating runs of two versions (minimum per cell), and the
+    cold rows' medians over the runs (the host's state moves those by up to 3x from run to run,
+    where a minimum can land on one quiet moment)."""
+    import statistics
+
+    runs_b, runs_a = _read_runs(before), _read_runs(after)
+    b = {k: [min(col) for col in zip(*v)] for k, v in runs_b.items()}
+    a = {k: [min(col) for col in zip(*v)] for k, v in runs_a.items()}
     md = ["# cuda detector callback cost per callback on the CPU, before and after", "",
           f"before: {labels[0]}; after: {labels[1]}.", "",
           f"`bench/bench_callback.py`, the two versions run alternately ({len(before)} + "
@@ -434,10 +439,21 @@ def compare(before, after, out, labels=("before", "after")) -> None:
     stems: dict = {}
     for k in b:
         stems.setdefault(stem(k), []).append(k)
+    pairs = []
     for k, v in a.items():
         old = k if k in b else (stems[stem(k)][0] if len(stems.get(stem(k), ())) == 1 else None)
         if old is not None:
+            pairs.append((old, k))
             md.append(f"| {k} | {b[old][0]:.2f} | {v[0]:.2f} | {b[old][1]:.2f} | {v[1]:.2f} |")
+    cold = [(old, k) for old, k in pairs if "caches cold" in k]
+    if cold:
+        md += ["", "The cold rows again, each cell the median over the runs:", "",
+               "| path | before, 1 frame | after, 1 frame | before, 12 frames | after, 12 frames |",
+               "|---|---|---|---|---|"]
+        for old, k in cold:
+            mb = [statistics.median(col) for col in zip(*runs_b[old])]
+            ma = [statistics.median(col) for col in zip(*runs_a[k])]
+            md.append(f"| {k} | {mb[0]:.2f} | {ma[0]:.2f} | {mb[1]:.2f} | {ma[1]:.2f} |")
     with open(out, "w") as fh:
         fh.write("\n".join(md) + "\n")
     print("\n".join(md))
