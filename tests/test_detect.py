@@ -778,16 +778,19 @@ def _any_obs():
     return st.lists(st.one_of(copies, copies, syncs, frees, debug), max_size=12)
 
 
-def _fake_runtime(kinds: dict):
+def _fake_runtime(types: dict):
     """A C-callable stand-in for the runtime's cudaPointerGetAttributes (and cudaGetLastError),
-    answering the memory type of each pointer whose CUPTI memory kind ``kinds`` gives (1 pageable,
-    2 pinned, 3 device, 5 managed), failing for any other; (functions, asked, cleared)."""
-    types = {ptr: {1: 0, 2: 1, 3: 2, 5: 3}[k] for ptr, k in kinds.items()}
-    asked, cleared = [], []
+    answering the memory type ``types`` gives each pointer (0 unregistered host, 1 registered host,
+    2 device, 3 managed), failing for any other. Its ``functions()`` gives their addresses as
+    ``hostmem.pointer_functions`` does; ``asked`` lists each pointer asked, and "functions" each
+    time ``functions()`` ran; ``cleared``, each cudaGetLastError."""
+    import types as pytypes
+
+    fake = pytypes.SimpleNamespace(asked=[], cleared=[])
 
     @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
     def get_attributes(attr, ptr):
-        asked.append(ptr)
+        fake.asked.append(ptr)
         if ptr not in types:
             return 1  # cudaErrorInvalidValue
         ctypes.c_int.from_address(attr).value = types[ptr]
@@ -795,14 +798,18 @@ def _fake_runtime(kinds: dict):
 
     @ctypes.CFUNCTYPE(ctypes.c_int)
     def get_last_error():
-        cleared.append(1)
+        fake.cleared.append(1)
         return 0
 
     addresses = (ctypes.cast(get_attributes, ctypes.c_void_p).value,
                  ctypes.cast(get_last_error, ctypes.c_void_p).value)
-    functions = lambda: (asked.append("functions"), addresses)[1]  # noqa: E731
-    functions.keep = (get_attributes, get_last_error)  # alive while the test holds functions
-    return functions, asked, cleared
+    fake.cudaPointerGetAttributes, fake.cudaGetLastError = get_attributes, get_last_error
+    fake.functions = lambda: (fake.asked.append("functions"), addresses)[1]
+    return fake
+
+
+#: _PTRS as the runtime's memory types
+_PTR_TYPES = {ptr: {1: 0, 2: 1, 3: 2}[kind] for ptr, kind in _PTRS.items()}
 
 
 def _c_hub_for_calls():
@@ -838,33 +845,34 @@ def test_by_pointer_reports_what_combine_reports_with_pointers_asked():
     @given(_any_obs())
     def check(obs):
         calls = [hub.fast.as_call(o) if isinstance(o, CudaCall) else o for o in obs]
-        functions, asked, cleared = _fake_runtime(_PTRS)
-        assert by_pointer(calls, functions) == combine(obs, ByPointer(_PTRS))
-        pointers = [a for a in asked if a != "functions"]
-        assert len(pointers) == len(set(pointers)) and asked.count("functions") == (1 if asked else 0)
-        assert len(cleared) == pointers.count(0x9999)  # a failed query leaves no error behind
+        fake = _fake_runtime(_PTR_TYPES)
+        assert by_pointer(calls, fake.functions) == combine(obs, ByPointer(_PTRS))
+        pointers = [a for a in fake.asked if a != "functions"]
+        assert len(pointers) == len(set(pointers))
+        assert fake.asked.count("functions") == (1 if fake.asked else 0)
+        assert len(fake.cleared) == pointers.count(0x9999)  # a failed query leaves no error behind
         assert by_pointer(calls, lambda: None) == combine(obs, ByPointer({}))
 
     check()
     copy = lambda ptr: _obs("cudaMemcpyAsync", "copy", "h2d", True, src=ptr)  # noqa: E731
     run = [copy(0x7100) for _ in range(100)] + [copy(0x7000)]
-    functions, asked, _ = _fake_runtime(_PTRS)
-    events, notes = by_pointer([hub.fast.as_call(o) for o in run], functions)
+    fake = _fake_runtime(_PTR_TYPES)
+    events, notes = by_pointer([hub.fast.as_call(o) for o in run], fake.functions)
     # 100 pinned copies passed over (their pointer asked once), the last one pageable
     assert [e.kind for e, _, _ in events] == ["pageable_copy"] and notes == []
-    assert asked == ["functions", 0x7100, 0x7000]
+    assert fake.asked == ["functions", 0x7100, 0x7000]
     # a Python callback's CudaCall among them: NotImplemented, nothing asked
-    functions, asked, _ = _fake_runtime(_PTRS)
-    assert hub.fast.by_pointer(run, functions, *args) is NotImplemented and asked == []
+    fake = _fake_runtime(_PTR_TYPES)
+    assert hub.fast.by_pointer(run, fake.functions, *args) is NotImplemented and fake.asked == []
     calls = [hub.fast.as_call(o) for o in run]
     with pytest.raises(ZeroDivisionError):
         hub.fast.by_pointer(calls, lambda: 1 / 0, *args)
     with pytest.raises(TypeError):
         hub.fast.by_pointer(calls, lambda: "no addresses", *args)
     # functions() runs Python: the calls as they were when the exit began are judged
-    functions, _, _ = _fake_runtime(_PTRS)
+    fake = _fake_runtime(_PTR_TYPES)
     mutable = list(calls)
-    got = hub.fast.by_pointer(mutable, lambda: mutable.clear() or functions(), *args)
+    got = hub.fast.by_pointer(mutable, lambda: mutable.clear() or fake.functions(), *args)
     assert [e.kind for e, _, _ in got[0]] == ["pageable_copy"] and mutable == []
 
 

@@ -211,6 +211,32 @@ def test_the_c_callback_attributes_like_the_frames_say(internal):
     assert got[2].stack[1:] == want[2].stack[1:] and got[2].lineno == marked_line(__file__, "L-OTHER")
 
 
+def test_pointer_functions_say_none_while_the_stream_captures(monkeypatch):
+    """What ``_cuptifast.by_pointer`` calls at a region's first pointer question (fake libcudart,
+    no GPU): the runtime's two functions' addresses, or None while the thread's current stream
+    captures a graph, or when asking whether it does fails (then nothing may be asked)."""
+    import ctypes
+
+    from syncguard.detectors import hostmem
+    from tests.test_detect import _fake_runtime
+
+    torch = pytest.importorskip("torch")
+    fake = _fake_runtime({})
+    monkeypatch.setattr(hostmem, "_load_cudart", lambda: fake)
+    want = tuple(ctypes.cast(f, ctypes.c_void_p).value
+                 for f in (fake.cudaPointerGetAttributes, fake.cudaGetLastError))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert hostmem.pointer_functions() == want
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert hostmem.pointer_functions() is None
+
+    def no_context():
+        raise RuntimeError("no CUDA context")
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", no_context)
+    assert hostmem.pointer_functions() is None
+
+
 @pytest.mark.parametrize("path", ["python", "c"])
 def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkeypatch):
     """A fake libcudart (ctypes functions, callable from C too): 0x1000 is pinned host memory
@@ -220,35 +246,16 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
     2 pinned, 3 device, 5 managed: cupti_activity.h). Copies whose call names no direction
     (cudaMemcpyDefault) get it from both pointers; a device-to-device copy's pointers are not
     asked."""
-    import ctypes
-
     from syncguard.detectors import hostmem
     from syncguard.detectors.cudacalls import CudaCall
-    from tests.test_detect import _c_callback_built
+    from tests.test_detect import _c_callback_built, _fake_runtime
 
     if path == "c" and not _c_callback_built():
         pytest.skip("the C callback (_cuptifast) is not built here")
     torch = pytest.importorskip("torch")
-    types = {0x1000: 1, 0x2000: 0, 0x3000: 3, 0x9000: 2}
-    asked, cleared = [], []
-
-    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-    def get_attributes(attr, ptr):
-        asked.append(ptr)
-        if ptr not in types:
-            return 1  # cudaErrorInvalidValue
-        ctypes.c_int.from_address(attr).value = types[ptr]
-        return 0
-
-    @ctypes.CFUNCTYPE(ctypes.c_int)
-    def get_last_error():
-        cleared.append(1)
-        return 0
-
-    class FakeCudart:
-        cudaPointerGetAttributes, cudaGetLastError = get_attributes, get_last_error
-
-    monkeypatch.setattr(hostmem, "_load_cudart", lambda: FakeCudart)
+    fake = _fake_runtime({0x1000: 1, 0x2000: 0, 0x3000: 3, 0x9000: 2})  # memory types
+    asked, cleared = fake.asked, fake.cleared
+    monkeypatch.setattr(hostmem, "_load_cudart", lambda: fake)
     capture_checks = []
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing",
                         lambda: capture_checks.append(1) or False)

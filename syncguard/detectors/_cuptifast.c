@@ -935,6 +935,23 @@ static PyObject *fn_fire(PyObject *self, PyObject *args) {
 typedef int (*PointerAttributesFn)(void *attributes, const void *ptr);
 typedef int (*GetLastErrorFn)(void);
 
+/* cudaPointerGetAttributes(&a, p).type for each of ptrs[0..n) into types, -1 where it failed (the
+ * error then cleared with cudaGetLastError, so that torch's next launch check finds none), with
+ * the GIL released around the runtime's calls (they may wait for a lock that a thread inside a
+ * CUDA call holds, whose callback may be waiting for the GIL) */
+static void query_types(PointerAttributesFn get, GetLastErrorFn clear, const uint64_t *ptrs,
+                        int *types, Py_ssize_t n) {
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* cudaPointerAttributes: type, device, devicePointer, hostPointer; room for more */
+        struct { int type; int device; void *dev; void *host; long reserved[16]; } a;
+        memset(&a, 0, sizeof a);
+        if (get(&a, (const void *)(uintptr_t)ptrs[i]) != 0) { clear(); types[i] = -1; }
+        else types[i] = a.type;
+    }
+    Py_END_ALLOW_THREADS
+}
+
 static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
     /* cudaPointerGetAttributes(&a, p).type for each pointer, -1 where it failed (the error is
      * then cleared with cudaGetLastError, as hostmem.pointer_kinds does), without a ctypes call
@@ -954,17 +971,8 @@ static PyObject *fn_pointer_types(PyObject *self, PyObject *args) {
         if (PyErr_Occurred()) { PyMem_Free(ptrs); PyMem_Free(types); Py_DECREF(fast); return NULL; }
     }
     Py_DECREF(fast);
-    PointerAttributesFn get = (PointerAttributesFn)(uintptr_t)attr_fn;
-    GetLastErrorFn clear = (GetLastErrorFn)(uintptr_t)last_error_fn;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        /* cudaPointerAttributes: type, device, devicePointer, hostPointer; room for more */
-        struct { int type; int device; void *dev; void *host; long reserved[16]; } a;
-        memset(&a, 0, sizeof a);
-        if (get(&a, (const void *)(uintptr_t)ptrs[i]) != 0) { clear(); types[i] = -1; }
-        else types[i] = a.type;
-    }
-    Py_END_ALLOW_THREADS
+    query_types((PointerAttributesFn)(uintptr_t)attr_fn, (GetLastErrorFn)(uintptr_t)last_error_fn,
+                ptrs, types, n);
     PyObject *out = PyTuple_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
         PyObject *v = PyLong_FromLong(types[i]);
@@ -1054,17 +1062,7 @@ static int pointers_ask(Pointers *p, const uint64_t *ptrs, Py_ssize_t n) {
     }
     if (rc == 0 && m) {
         if (p->state == 1) {
-            PointerAttributesFn get = p->get;
-            GetLastErrorFn clear = p->clear;
-            Py_BEGIN_ALLOW_THREADS
-            for (Py_ssize_t i = 0; i < m; i++) {
-                /* cudaPointerAttributes: type, device, devicePointer, hostPointer; room for more */
-                struct { int type; int device; void *dev; void *host; long reserved[16]; } a;
-                memset(&a, 0, sizeof a);
-                if (get(&a, (const void *)(uintptr_t)ask[i]) != 0) { clear(); types[i] = -1; }
-                else types[i] = a.type;
-            }
-            Py_END_ALLOW_THREADS
+            query_types(p->get, p->clear, ask, types, m);
         } else {
             for (Py_ssize_t i = 0; i < m; i++) types[i] = -1;
         }
@@ -1332,6 +1330,37 @@ static int combine_loop(Combine *m, PyObject *obs) {
     return 0;
 }
 
+/* combine()'s and by_pointer()'s common part, once their arguments are parsed into m: the loop
+ * over a copy of the observations (the memory's answers are Python, which may change the list),
+ * with the pinned copies passed over first where p is given (by_pointer's host memory) ->
+ * (events, unknown, undirected), or NotImplemented where a call is not this module's */
+static PyObject *combine_run(Combine *m, Pointers *p, PyObject *obs, PyObject *kinds, const char *who) {
+    if (PyTuple_GET_SIZE(kinds) != 5) {
+        PyErr_Format(PyExc_ValueError, "%s: kinds must name 5 kinds", who);
+        return NULL;
+    }
+    for (int k = 0; k < 5; k++) m->kinds[k] = PyTuple_GET_ITEM(kinds, k);
+    PyObject *own = PyList_GetSlice(obs, 0, PY_SSIZE_T_MAX);
+    char *skip = own && p ? PyMem_Calloc((size_t)PyList_GET_SIZE(own) + 1, 1) : NULL;
+    int rc = own ? 0 : -1;
+    if (own && p && !skip) { PyErr_NoMemory(); rc = -1; }
+    if (rc == 0 && p) rc = pinned_copies(own, p, skip);
+    if (rc == 0) {
+        m->ptrs = p;
+        m->skip = skip;
+        m->events = PyList_New(0);
+        rc = m->events ? combine_loop(m, own) : -1;
+    }
+    combine_clear(m);
+    PyMem_Free(skip);
+    Py_XDECREF(own);
+    if (rc != 0) {
+        Py_XDECREF(m->events);
+        return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
+    }
+    return Py_BuildValue("(Nll)", m->events, m->unknown, m->undirected);
+}
+
 static PyObject *fn_combine(PyObject *self, PyObject *args) {
     /* combine(observations, host_kind, direction, event_type, defaults, detectors, kinds) ->
      * (events, unknown, undirected), or NotImplemented; kinds: (blocking H2D copy, blocking D2H
@@ -1342,22 +1371,7 @@ static PyObject *fn_combine(PyObject *self, PyObject *args) {
                           &PyType_Type, &m.type, &PyDict_Type, &m.defaults, &PyTuple_Type,
                           &m.detectors, &PyTuple_Type, &kinds))
         return NULL;
-    if (PyTuple_GET_SIZE(kinds) != 5) {
-        PyErr_SetString(PyExc_ValueError, "combine: kinds must name 5 kinds");
-        return NULL;
-    }
-    for (int k = 0; k < 5; k++) m.kinds[k] = PyTuple_GET_ITEM(kinds, k);
-    /* a copy: host_kind and direction are Python, and may not move what we read */
-    PyObject *own = PyList_GetSlice(obs, 0, PY_SSIZE_T_MAX);
-    m.events = own ? PyList_New(0) : NULL;
-    int rc = m.events ? combine_loop(&m, own) : -1;
-    combine_clear(&m);
-    Py_XDECREF(own);
-    if (rc != 0) {
-        Py_XDECREF(m.events);
-        return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
-    }
-    return Py_BuildValue("(Nll)", m.events, m.unknown, m.undirected);
+    return combine_run(&m, NULL, obs, kinds, "combine");
 }
 
 /* by_pointer(observations, functions, event_type, defaults, detectors, kinds) ->
@@ -1373,32 +1387,9 @@ static PyObject *fn_by_pointer(PyObject *self, PyObject *args) {
                           &m.type, &PyDict_Type, &m.defaults, &PyTuple_Type, &m.detectors,
                           &PyTuple_Type, &kinds))
         return NULL;
-    if (PyTuple_GET_SIZE(kinds) != 5) {
-        PyErr_SetString(PyExc_ValueError, "by_pointer: kinds must name 5 kinds");
-        return NULL;
-    }
-    for (int k = 0; k < 5; k++) m.kinds[k] = PyTuple_GET_ITEM(kinds, k);
-    /* a copy: functions() is Python, and may not move what we read */
-    PyObject *own = PyList_GetSlice(obs, 0, PY_SSIZE_T_MAX);
-    char *skip = own ? PyMem_Calloc((size_t)PyList_GET_SIZE(own) + 1, 1) : NULL;
-    int rc = -1;
-    if (own && !skip) PyErr_NoMemory();
-    if (skip) rc = pinned_copies(own, &p, skip);
-    if (rc == 0) {
-        m.ptrs = &p;
-        m.skip = skip;
-        m.events = PyList_New(0);
-        rc = m.events ? combine_loop(&m, own) : -1;
-    }
-    combine_clear(&m);
+    PyObject *out = combine_run(&m, &p, obs, kinds, "by_pointer");
     pointers_free(&p);
-    PyMem_Free(skip);
-    Py_XDECREF(own);
-    if (rc != 0) {
-        Py_XDECREF(m.events);
-        return rc < 0 ? NULL : Py_NewRef(Py_NotImplemented);
-    }
-    return Py_BuildValue("(Nll)", m.events, m.unknown, m.undirected);
+    return out;
 }
 
 /* as_call(cudacall) -> Call: the Call the C callback makes for the call a CudaCall describes
