@@ -175,22 +175,25 @@ def _observations(hub, calls, objects: str) -> list:
     return _tuple_calls(calls, Site("user.py", 3, "f", ("user.py:3 in f",)))
 
 
-def _exit_per_copy(hub, objects: str, copies: int = 100) -> float:
+def _exit_per_copy(hub, objects: str, copies: int = 100, blocks: int = 1) -> float:
     """µs per copy that a region's exit spends judging ``copies`` async H2D copies (as 100
-    sync-free merges leave them: one pinned host block) and a final device sync: the
-    pageable-or-pinned records (one pointer query, answered by a fake libcudart here) and the
-    pairing, as the detector's exit runs them (``combine_by_pointer``: with the C module, the
-    pinned copies no sync pairs are left out in C first). ``objects``: the observations as the C
-    callback makes them (``Call``) or as the Python one does (``CudaCall``)."""
+    sync-free merges leave them: one pinned host block; ``blocks`` > 1: from that many, in
+    turn) and a final device sync: the pageable-or-pinned records (one pointer query per block,
+    answered by a fake libcudart here) and the pairing, as the detector's exit runs them
+    (``combine_by_pointer``: with the C module, the pinned copies no sync pairs are passed over
+    in C). ``objects``: the observations as the C callback makes them (``Call``) or as the Python
+    one does (``CudaCall``)."""
     from syncguard.detectors.cuda import combine_by_pointer
 
-    calls = [(41, C.MemcpyAsyncParams(dst=0xd000 + i, src=0x7000, count=33048, kind=1, stream=0))
+    calls = [(41, C.MemcpyAsyncParams(dst=0xd000 + i, src=0x7000 + 0x100 * (i % blocks),
+                                      count=33048, kind=1, stream=0))
              for i in range(copies)] + [(165, C.StreamParams(stream=0))]
     obs = _observations(hub, calls, objects)
+    number = max(1, 20_000 // copies)
     with _fake_cudart(1):
         run = lambda: combine_by_pointer(obs, hub.fast)  # noqa: E731
         assert [e.kind for e, _, _ in run()[0]] == ["device_sync"]
-        return min(timeit.repeat(run, number=200, repeat=7)) / 200 / copies * 1e6
+        return min(timeit.repeat(run, number=number, repeat=7)) / number / copies * 1e6
 
 
 def _exit_per_event(hub, objects: str, pairs: int = 100) -> float:
@@ -381,6 +384,10 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
             made = "C callback's Call" if objects == "Call" else "Python callback's CudaCall"
             rows.append((f"piece: region exit per kept copy (host-memory query + combine, 100 "
                          f"async copies from one pinned block; {made})", _exit_per_copy(hub, objects)))
+            if objects == "Call":  # the pointer question's scale: thousands of distinct blocks
+                rows.append((f"piece: region exit per kept copy (host-memory query + combine, "
+                             f"20,000 async copies, each from its own pinned block; {made})",
+                             _exit_per_copy(hub, objects, 20_000, 20_000)))
             rows.append((f"piece: region exit per sync event (100 pageable H2D copies, each "
                          f"paired with a stream sync: pointer query, pairing, events, judgement; "
                          f"{made})", _exit_per_event(hub, objects)))

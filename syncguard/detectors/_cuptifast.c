@@ -1031,22 +1031,29 @@ static int pointers_grow(Pointers *p, size_t more) {
  * not registered is pageable, registered pinned); -1 (the query failed): nothing says */
 static int kind_of_type(int t) { return t < 0 ? -1 : t == 0 ? 1 : t == 1 ? 2 : t == 2 ? 3 : t == 3 ? 5 : 0; }
 
-/* ask every pointer of ptrs[0..n) not known yet (nulls skipped), with the GIL released around the
+/* ask every pointer of ptrs[0..n) not known yet (nulls skipped, each once, through the table
+ * itself: a region's copies may use thousands of pointers), with the GIL released around the
  * runtime's calls */
 static int pointers_ask(Pointers *p, const uint64_t *ptrs, Py_ssize_t n) {
     if (pointers_grow(p, (size_t)n) < 0) return -1;
-    uint64_t *ask = PyMem_Malloc(sizeof *ask * (size_t)(n ? n : 1));
-    int *types = PyMem_Malloc(sizeof *types * (size_t)(n ? n : 1));
-    if (!ask || !types) { PyMem_Free(ask); PyMem_Free(types); PyErr_NoMemory(); return -1; }
+    uint64_t *ask = NULL;
+    int *types = NULL;
     Py_ssize_t m = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (!ptrs[i] || p->key[pointers_slot(p, ptrs[i])]) continue;
-        int dup = 0;
-        for (Py_ssize_t j = 0; j < m && !dup; j++) dup = ask[j] == ptrs[i];
-        if (!dup) ask[m++] = ptrs[i];
+    for (Py_ssize_t i = 0; i < n; i++) { /* each pointer not known yet, once: entered now */
+        if (!ptrs[i]) continue;
+        size_t h = pointers_slot(p, ptrs[i]);
+        if (p->key[h]) continue;
+        if (!ask) {
+            ask = PyMem_Malloc(sizeof *ask * (size_t)n);
+            types = PyMem_Malloc(sizeof *types * (size_t)n);
+            if (!ask || !types) { PyMem_Free(ask); PyMem_Free(types); PyErr_NoMemory(); return -1; }
+        }
+        p->key[h] = ptrs[i]; p->kind[h] = -1; p->n++;
+        ask[m++] = ptrs[i];
     }
+    if (!m) return 0;
     int rc = 0;
-    if (m && p->state == 0) { /* the first question: may the runtime be asked at all? */
+    if (p->state == 0) { /* the first question: may the runtime be asked at all? */
         p->state = 2;
         PyObject *r = PyObject_CallNoArgs(p->functions);
         unsigned long long a = 0, b = 0;
@@ -1060,16 +1067,9 @@ static int pointers_ask(Pointers *p, const uint64_t *ptrs, Py_ssize_t n) {
         }
         Py_XDECREF(r);
     }
-    if (rc == 0 && m) {
-        if (p->state == 1) {
-            query_types(p->get, p->clear, ask, types, m);
-        } else {
-            for (Py_ssize_t i = 0; i < m; i++) types[i] = -1;
-        }
-        for (Py_ssize_t i = 0; i < m; i++) {
-            size_t h = pointers_slot(p, ask[i]);
-            p->key[h] = ask[i]; p->kind[h] = kind_of_type(types[i]); p->n++;
-        }
+    if (rc == 0 && p->state == 1) {
+        query_types(p->get, p->clear, ask, types, m);
+        for (Py_ssize_t i = 0; i < m; i++) p->kind[pointers_slot(p, ask[i])] = kind_of_type(types[i]);
     }
     PyMem_Free(ask); PyMem_Free(types);
     return rc;
@@ -1078,6 +1078,10 @@ static int pointers_ask(Pointers *p, const uint64_t *ptrs, Py_ssize_t n) {
 /* the CUPTI memory kind of ptr, asked if need be; -1: nothing says; -2: error */
 static int pointer_kind(Pointers *p, uint64_t ptr) {
     if (!ptr) return -1;
+    if (p->cap) { /* known: no question, no allocation */
+        size_t h = pointers_slot(p, ptr);
+        if (p->key[h]) return p->kind[h];
+    }
     if (pointers_ask(p, &ptr, 1) < 0) return -2;
     return p->kind[pointers_slot(p, ptr)];
 }
