@@ -442,7 +442,9 @@ def combine_by_pointer(obs, fast=None) -> tuple[list, list[str]]:
         if got is not NotImplemented:
             events, unknown, undirected = got
             return events, _notes(unknown, undirected)
-    return combine(obs, pointer_kinds(fast), fast)
+    # the Python callback's calls (by_pointer's NotImplemented, which combine's C loop would give
+    # too): the Python loop
+    return combine(obs, pointer_kinds(fast))
 
 
 #: the kinds ``_cuptifast.combine`` and ``by_pointer`` name events with, in its order
