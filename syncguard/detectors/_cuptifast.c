@@ -1095,35 +1095,33 @@ static int pointer_kind(Pointers *p, uint64_t ptr) {
  * run. The candidates' distinct host pointers are asked in one question. 1: a call of the
  * Python callback is among them (by_pointer answers NotImplemented); -1: error. */
 static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
+    /* one pass over the calls (each read once, with caches cold at region exit): host[i] is
+     * candidate i's host pointer, ask the pointers of those followed by a copy */
     Py_ssize_t n = PyList_GET_SIZE(obs), cand = -1, nptr = 0;
-    uint64_t *ptrs = PyMem_Malloc(sizeof *ptrs * (size_t)(n ? n : 1));
-    if (!ptrs) { PyErr_NoMemory(); return -1; }
+    uint64_t *host = PyMem_Malloc(sizeof *host * (size_t)(n ? 2 * n : 1)), *ask = host + n;
+    if (!host) { PyErr_NoMemory(); return -1; }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *o = PyList_GET_ITEM(obs, i);
         if (!Py_IS_TYPE(o, &CallType)) {
-            if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { PyMem_Free(ptrs); return 1; }
+            if (call_type && PyObject_TypeCheck(o, (PyTypeObject *)call_type)) { PyMem_Free(host); return 1; }
             cand = -1; /* another detector's: ends a candidate's run (combine decides the rest) */
             continue;
         }
         const Call *k = (const Call *)o;
         int is_copy = k->role == ROLE_COPY;
-        if (is_copy && cand >= 0) drop[cand] = 1;
+        if (is_copy && cand >= 0) { drop[cand] = 1; ask[nptr++] = host[cand]; }
         int async_host = is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
                                                     (k->dir == DIR_D2H && k->has_dst));
         cand = async_host ? i : -1;
+        if (async_host) host[i] = k->dir == DIR_H2D ? k->src : k->dst;
     }
-    nptr = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (drop[i]) { const Call *k = (const Call *)PyList_GET_ITEM(obs, i); ptrs[nptr++] = k->dir == DIR_H2D ? k->src : k->dst; }
-    int rc = nptr ? pointers_ask(p, ptrs, nptr) : 0;
-    for (Py_ssize_t i = 0; rc == 0 && i < n; i++)
-        if (drop[i]) {
-            const Call *k = (const Call *)PyList_GET_ITEM(obs, i);
-            drop[i] = p->kind[pointers_slot(p, k->dir == DIR_H2D ? k->src : k->dst)] == 2;
-        }
-    PyMem_Free(ptrs);
+    int rc = nptr ? pointers_ask(p, ask, nptr) : 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++)  /* every pointer known now: no question */
+        if (drop[i]) drop[i] = pointer_kind(p, host[i]) == 2;
+    PyMem_Free(host);
     return rc;
 }
+
 /* ---- combine: a region's calls into events, in C ----------------------------------------------
  *
  * detectors.cuda.combine's loop, for a region whose cuda observations are all this module's
