@@ -267,10 +267,10 @@ class Region:
                 self.report.allowed.append(dataclasses.replace(
                     ev, reason=not_failing_reason(ev.phase)))
             elif exhausted is not None:
-                self.report.syncs.append(dataclasses.replace(
+                syncs.append(dataclasses.replace(
                     ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
             else:
-                self.report.syncs.append(ev)
+                syncs.append(ev)
 
 
 _PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed: one region per test or step
