@@ -1150,6 +1150,11 @@ typedef struct {
     Pointers *ptrs;    /* by_pointer's: host memory asked here, not of host_kind and direction */
     const char *skip;  /* by_pointer's: observations passed over (pinned_copies) */
     long unknown, undirected;
+    /* the last event's __dict__ but its host_blocked_us (owned), and what it was made from: a
+     * loop's events differ in that field alone (2.8.0's 100 merges, 100 events from one line) */
+    PyObject *tpl;
+    const void *tpl_site, *tpl_api, *tpl_kind, *tpl_thread;
+    int tpl_phase;
 } Combine;
 enum { K_COPY_H2D, K_COPY_D2H, K_PAGEABLE, K_STREAM_SYNC, K_FREE };
 static PyObject *s_api, *s_kind, *s_filename, *s_lineno, *s_function, *s_stack, *s_thread,
@@ -1175,25 +1180,39 @@ static int read_site(Combine *m, PyObject *site) {
 static int same(PyObject *a, PyObject *b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
 
 /* (SyncEvent.at(c.site, api, kind, c.thread, blocked, detectors, c.phase), c.allows, None)
- * appended to the events; blocked NULL: the call's own */
+ * appended to the events; blocked NULL: the call's own. The event's __dict__ is filled from a
+ * template (the fields' defaults, then the event's values but host_blocked_us), made again only
+ * when site, api, kind, thread or phase differ from the last event's: one dict update and one
+ * item per event instead of ten items. The pointers compared are the observations' own objects,
+ * alive until the loop ends. */
 static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked) {
     PyObject *api = call_name(c, F_API);
-    if (read_site(m, c->site) < 0) return -1;
+    if (!m->tpl || m->tpl_site != c->site || m->tpl_api != api || m->tpl_kind != kind ||
+        m->tpl_thread != c->thread || m->tpl_phase != c->phase) {
+        Py_CLEAR(m->tpl);
+        if (read_site(m, c->site) < 0) return -1;
+        PyObject *t = PyDict_Copy(m->defaults);
+        if (!t) return -1;
+        if (PyDict_SetItem(t, s_api, api) < 0 || PyDict_SetItem(t, s_kind, kind) < 0 ||
+            PyDict_SetItem(t, s_filename, m->filename) < 0 || PyDict_SetItem(t, s_lineno, m->lineno) < 0 ||
+            PyDict_SetItem(t, s_function, m->function) < 0 || PyDict_SetItem(t, s_stack, m->stack) < 0 ||
+            PyDict_SetItem(t, s_thread, c->thread) < 0 ||
+            PyDict_SetItem(t, s_detectors, m->detectors) < 0 ||
+            PyDict_SetItem(t, s_phase_key, s_phase[c->phase]) < 0) {
+            Py_DECREF(t);
+            return -1;
+        }
+        m->tpl = t;
+        m->tpl_site = c->site; m->tpl_api = api; m->tpl_kind = kind; m->tpl_thread = c->thread;
+        m->tpl_phase = c->phase;
+    }
     PyObject *ev = ((PyTypeObject *)m->type)->tp_new((PyTypeObject *)m->type, s_empty, NULL);
     if (!ev) return -1;
     PyObject *d = PyObject_GenericGetDict(ev, NULL), *own = NULL;
     int rc = -1;
-    if (!d || PyDict_Update(d, m->defaults) < 0) goto out;
+    if (!d || PyDict_Update(d, m->tpl) < 0) goto out;
     if (!blocked) blocked = own = c->has_blocked ? PyFloat_FromDouble(c->blocked) : Py_NewRef(Py_None);
-    if (!blocked) goto out;
-    if (PyDict_SetItem(d, s_api, api) < 0 || PyDict_SetItem(d, s_kind, kind) < 0 ||
-        PyDict_SetItem(d, s_filename, m->filename) < 0 || PyDict_SetItem(d, s_lineno, m->lineno) < 0 ||
-        PyDict_SetItem(d, s_function, m->function) < 0 || PyDict_SetItem(d, s_stack, m->stack) < 0 ||
-        PyDict_SetItem(d, s_thread, c->thread) < 0 ||
-        PyDict_SetItem(d, s_host_blocked_us, blocked) < 0 ||
-        PyDict_SetItem(d, s_detectors, m->detectors) < 0 ||
-        PyDict_SetItem(d, s_phase_key, s_phase[c->phase]) < 0)
-        goto out;
+    if (!blocked || PyDict_SetItem(d, s_host_blocked_us, blocked) < 0) goto out;
     PyObject *item = PyTuple_Pack(3, ev, c->allows, Py_None);
     if (!item) goto out;
     rc = PyList_Append(m->events, item);
@@ -1364,6 +1383,7 @@ static PyObject *combine_run(Combine *m, Pointers *p, PyObject *obs, PyObject *k
         rc = m->events ? combine_loop(m, own) : -1;
     }
     combine_clear(m);
+    Py_CLEAR(m->tpl);
     PyMem_Free(skip);
     Py_XDECREF(own);
     if (rc != 0) {
