@@ -507,10 +507,16 @@ def main():
               for d, n in heads) + " |",
           "|---|" + "---|" * len(heads)]
     md += [f"| {n} | " + " | ".join(f"{c[n]:.2f}" for c in cols) + " |" for n in cols[0]]
-    text = "\n".join(md) + "\n"
+    emit(md, a.out)
+
+
+def emit(lines, out=None) -> None:
+    """Print a result table's markdown lines and, given ``out``, write them there too (this
+    script's results and tools/probe_cold_pieces.py's)."""
+    text = "\n".join(lines) + "\n"
     print(text)
-    if a.out:
-        with open(a.out, "w") as fh:
+    if out:
+        with open(out, "w") as fh:
             fh.write(text)
 
 

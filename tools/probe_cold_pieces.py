@@ -80,11 +80,7 @@ def main():
           "(median, with the clocks below inside); median µs per region of each step, nested "
           "steps inside their callers:", "", "| step | µs |", "|---|---|"]
     md += [f"| `{k}` | {statistics.median(v[10:]):.2f} |" for k, v in rows.items()]
-    text = "\n".join(md) + "\n"
-    print(text)
-    if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(text)
+    bench.emit(md, a.out)
 
 
 if __name__ == "__main__":
