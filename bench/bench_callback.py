@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402,F401  (torch's directory is what "internal" means)
 
+from bench import emit  # noqa: E402
 from syncguard import attribution, routing  # noqa: E402
 from syncguard.detectors import cupti as C  # noqa: E402
 from tests.test_detect import FakeHub, FakeRegion  # noqa: E402  (the CPU tests' fake libcupti)
@@ -508,16 +509,6 @@ def main():
           "|---|" + "---|" * len(heads)]
     md += [f"| {n} | " + " | ".join(f"{c[n]:.2f}" for c in cols) + " |" for n in cols[0]]
     emit(md, a.out)
-
-
-def emit(lines, out=None) -> None:
-    """Print a result table's markdown lines and, given ``out``, write them there too (this
-    script's results and tools/probe_cold_pieces.py's)."""
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if out:
-        with open(out, "w") as fh:
-            fh.write(text)
 
 
 if __name__ == "__main__":

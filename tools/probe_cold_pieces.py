@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
 
 import bench.bench_callback as bench  # noqa: E402
+from bench import emit  # noqa: E402
 import syncguard.detectors as registry  # noqa: E402
 from syncguard import scope  # noqa: E402
 from syncguard.detectors import cuda, cudacalls  # noqa: E402
@@ -80,7 +81,7 @@ def main():
           "(median, with the clocks below inside); median µs per region of each step, nested "
           "steps inside their callers:", "", "| step | µs |", "|---|---|"]
     md += [f"| `{k}` | {statistics.median(v[10:]):.2f} |" for k, v in rows.items()]
-    bench.emit(md, a.out)
+    emit(md, a.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""How sure the committed overhead figures are: a bootstrap interval for each cell's median.
+
+    python tools/overhead_ci.py [--target 1.05] [--out reports/gpu/overhead-ci.md | --check FILE] [FILES...]
+
+Each cell of the overhead benchmark (``bench/bench_overhead.py``) is the median, over its rounds,
+of the configuration's time over the bare loop's in the same round. With ~108 rounds that median
+still moves by about a percent from one lease to the next, so a cell a few tenths of a percent
+from the issue's target (≤1.05×) says little on its own. This reads each version's
+``rounds_ms`` (the committed evidence, FILES default ``reports/gpu/*/overhead-*.json``),
+resamples the rounds with replacement (fixed seed, so the output is reproducible) and writes,
+per torch and workload, the median, its 95% interval, and the share of resampled medians at or
+under the target. Rounds are resampled whole, so each keeps its own bare loop.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
+
+from bench import emit  # noqa: E402  (one print-and-write for result tables)
+
+CONFIG = "audit(cuda) pointer"  # the default detector's row, as in the README's tables
+
+
+def paired_ratios(rounds_ms: dict, config: str = CONFIG) -> list[float]:
+    """The configuration's time over the bare loop's, round by round."""
+    return [x / b for x, b in zip(rounds_ms[config], rounds_ms["bare"])]
+
+
+def bootstrap(ratios: list[float], target: float, resamples: int = 4000, seed: int = 0):
+    """(median, 2.5th and 97.5th percentile of the resampled medians, share at or under target)."""
+    if not ratios:
+        raise ValueError("no rounds to resample")
+    rng = random.Random(seed)
+    n = len(ratios)
+    meds = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(resamples))
+    lo, hi = meds[int(0.025 * (resamples - 1))], meds[int(0.975 * (resamples - 1))]
+    return statistics.median(ratios), lo, hi, sum(m <= target for m in meds) / resamples
+
+
+def table(paths: list[str], target: float) -> list[str]:
+    md = [f"# The overhead cells' medians and their 95% bootstrap intervals (target ≤{target}×)", "",
+          "`python tools/overhead_ci.py` over " + ", ".join(f"`{p}`" for p in paths) + ": the "
+          f"`{CONFIG}` row, each round's time over the bare loop of the same round; the rounds "
+          "resampled with replacement 4,000 times (seed 0).", "",
+          "| torch | commit | workload | rounds | median | 95% interval | resampled medians ≤ target |",
+          "|---|---|---|---|---|---|---|"]
+    for path in paths:
+        with open(path) as fh:
+            doc = json.load(fh)
+        commit = _commit(path)
+        for workload, rounds_ms in doc["rounds_ms"].items():
+            ratios = paired_ratios(rounds_ms)
+            med, lo, hi, share = bootstrap(ratios, target)
+            md.append(f"| {doc['torch']} | {commit} | {workload} | {len(ratios)} | {med:.3f} | "
+                      f"[{lo:.3f}, {hi:.3f}] | {share:.0%} |")
+    return md
+
+
+def _commit(path: str) -> str:
+    """The commit the folder's ``gpu.txt`` names (``commit SHA dirty N``), or "?"."""
+    try:
+        with open(path.rsplit("/", 1)[0] + "/gpu.txt") as fh:
+            first = fh.readline().split()
+    except OSError:
+        return "?"
+    return first[1] if len(first) > 1 and first[0] == "commit" else "?"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--target", type=float, default=1.05)
+    ap.add_argument("--out")
+    ap.add_argument("--check", metavar="FILE",
+                    help="exit 1 unless FILE holds what this would write (the committed table is "
+                         "regenerated from the committed evidence)")
+    a = ap.parse_args(argv)
+    paths = a.files or sorted(glob.glob("reports/gpu/*/overhead-*.json"))
+    if not paths:
+        print("overhead_ci: no overhead-*.json given or found under reports/gpu/", file=sys.stderr)
+        return 2
+    lines = table(paths, a.target)
+    if a.check:
+        with open(a.check) as fh:
+            same = fh.read() == "\n".join(lines) + "\n"
+        print(f"{a.check}: " + ("up to date with the evidence" if same else
+                                "stale: run python tools/overhead_ci.py --out " + a.check))
+        return 0 if same else 1
+    emit(lines, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
