@@ -128,7 +128,11 @@ def main():
         print("pointer_functions(): nothing may be asked (capturing, or no runtime)")
         return 2
     q = build()
-    q.configure(ctypes.c_void_p(fns[0]), ctypes.c_void_p(fns[1]), ctypes.c_uint32(cbid))
+
+    def reset():  # the function to ask with, the id to watch, every count back to 0
+        q.configure(ctypes.c_void_p(fns[0]), ctypes.c_void_p(fns[1]), ctypes.c_uint32(cbid))
+
+    reset()
     cb = ctypes.cast(q.callback, C.CALLBACK)
     handle = ctypes.c_void_p()
     cupti.check(cupti.lib.cuptiSubscribe(ctypes.byref(handle), cb, None), "subscribe")
@@ -156,7 +160,7 @@ def main():
               f"not (median of {a.rounds})", flush=True)
 
         dog.beat("2: pageable")
-        q.configure(ctypes.c_void_p(fns[0]), ctypes.c_void_p(fns[1]), ctypes.c_uint32(cbid))
+        reset()
         cupti.lib.cuptiEnableCallback(1, handle, C.DOMAIN_RUNTIME, cbid)
         for _ in range(20):
             torch.randn(4096).to("cuda")
@@ -166,7 +170,7 @@ def main():
               flush=True)
 
         dog.beat("3: capture")
-        q.configure(ctypes.c_void_p(fns[0]), ctypes.c_void_p(fns[1]), ctypes.c_uint32(cbid))
+        reset()
         src = torch.randn(4096).pin_memory()
         dst = torch.empty(4096, device="cuda")
         s = torch.cuda.Stream()

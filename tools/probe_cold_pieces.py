@@ -32,8 +32,9 @@ from syncguard.detectors import cuda, cudacalls  # noqa: E402
 STEPS = [(scope.Region, n) for n in ("__enter__", "_cuda_unavailable", "_arm", "__exit__",
                                      "_disarm", "_finalize", "_judge")]
 STEPS += [(registry, "resolve"), (cuda.Cuda, "arm"), (cuda.Cuda, "disarm"), (cuda.Cuda, "finish")]
-STEPS += [(cuda.CuptiHub, n) for n in ("acquire", "unavailable", "_subscribe", "_on", "release",
-                                       "_unsubscribe", "_off")]
+# (not CuptiHub.unavailable: the stand-in hub answers that itself)
+STEPS += [(cuda.CuptiHub, n) for n in ("acquire", "_subscribe", "_on", "release", "_unsubscribe",
+                                       "_off")]
 STEPS += [(cuda, n) for n in ("wrap_profiler_start", "unwrap", "other_threads", "combine_by_pointer")]
 STEPS += [(cudacalls.BackwardOwners, "install"), (cudacalls.BackwardOwners, "restore")]
 
