@@ -88,6 +88,11 @@ def scenarios(hub, depth, between=None):
              "sync ENTER+EXIT, driver call nested": [
                  (None, 2, 131, a["se"]), (None, 1, 126, a["de"]), (None, 1, 126, a["dx"]),
                  (None, 2, 131, a["sx"])],
+             # torch 2.8's merge: a pageable copy and the stream sync torch makes after it, from
+             # one line (one blocking copy; the C callback has the sync ride on the copy)
+             "copy then stream sync, one line, ENTER+EXIT each, driver call nested under the sync": [
+                 (None, 2, 41, a["ce"]), (None, 2, 41, a["cx"]), (None, 2, 131, a["se"]),
+                 (None, 1, 126, a["de"]), (None, 1, 126, a["dx"]), (None, 2, 131, a["sx"])],
              "id not enabled (table miss)": [(None, 2, 999, a["ce"])]}
     out = {}
     paths = [("py", hub._callback, False), ("thunk", hub._cb, False)]
@@ -136,7 +141,8 @@ def _fake_cudart(memory_type: int):
 def _c_calls(hub, calls) -> list:
     """The observations the C callback hands a region for ``calls`` ((cbid, params) in order,
     each fired ENTER then EXIT from one line, so that a copy and its sync share a site):
-    ``_cuptifast.Call`` objects, as a real region's exit sees them."""
+    ``_cuptifast.Call`` objects, as a real region's exit sees them (a copy and the stream sync
+    after it are one, where the C callback joins them)."""
     region, keep = FakeRegion(), []
     token = routing.regions.set((region,))
     try:
@@ -147,7 +153,8 @@ def _c_calls(hub, calls) -> list:
                 hub.fast.fire(2, cbid, ctypes.addressof(data))
     finally:
         routing.regions.reset(token)
-    assert hub.fast.errors() == 0 and len(region.observations) == len(calls)
+    # (fewer where a stream sync rode on the copy before it: one Call for the pair)
+    assert hub.fast.errors() == 0 and 0 < len(region.observations) <= len(calls)
     return region.observations
 
 

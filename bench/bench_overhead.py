@@ -164,7 +164,9 @@ def cupti_raw(callback, ids):
 
 
 def apis_called(work, st) -> dict:
-    """Which CUDA runtime/driver APIs one call of ``work`` makes, and which the detector sees."""
+    """Which CUDA runtime/driver APIs one call of ``work`` makes, and which the detector sees;
+    and what one ``audit(cuda)`` region around it holds at exit (``region``: its observations,
+    how many of them carry the stream sync that completed them, and its events)."""
     from syncguard.detectors.cuda import HUB
     from syncguard.detectors.cupti import api_census, named_counts
 
@@ -172,6 +174,13 @@ def apis_called(work, st) -> dict:
     COUNTS.clear()
     timed(work, cupti_raw("py", "detector"), st)
     out["detector_callbacks"] = named_counts(HUB.lib, COUNTS)
+    region = syncguard.audit(("cuda",))
+    timed(work, lambda: region, st)
+    obs = region.observations
+    out["region"] = {"observations": len(obs), "callback": HUB.callback,
+                     "carrying their stream sync": sum(getattr(o, "paired_api", None) is not None
+                                                       for o in obs),
+                     "events": len(region.report.syncs) + len(region.report.allowed)}
     return out
 
 
@@ -453,6 +462,11 @@ def main():
                + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),
                "", "of which the detector's ids fired: "
                + (", ".join(f"{k} ×{n}" for k, n in c["detector_callbacks"].items()) or "none")]
+        if "region" in c:
+            r = c["region"]
+            md += ["", f"One `audit(cuda)` region around one call ({r['callback']}) held "
+                   f"{r['observations']} observation(s) at its exit, {r['carrying their stream sync']} "
+                   f"of them a copy carrying the stream sync that completed it; {r['events']} event(s)"]
         md.append("")
     doc["region_pieces_ms"] = pieces
     doc["region_breakdown_ms"] = breakdown

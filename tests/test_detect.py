@@ -962,6 +962,133 @@ def test_the_c_callbacks_calls_read_as_the_python_callbacks_cudacalls():
     assert all(isinstance(o.t_ns, int) for o in seen["c"]) and "api='cudaMemcpyAsync'" in repr(seen["c"][0])
 
 
+def _fire_from(hub, line, domain, cbid, site, corr, params=None):
+    """_fire from one of two lines of this function (``line`` 1 or 2): two user sites."""
+    data = C.CallbackData(callbackSite=site, correlationId=corr,
+                          functionParams=ctypes.addressof(params) if params is not None else None)
+    addr, fast = ctypes.addressof(data), hub.fast
+    if line == 1:
+        fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)
+    else:
+        fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)
+
+
+def _run_program(path, program):
+    """Fire ``program`` (steps of _any_program) at one callback over the fake libcupti, in one
+    region: each copy or sync its ENTER, a nested driver call for a sync, then its EXIT; "allow"
+    steps enter or leave an allow between calls. The region's observations."""
+    hub, region = FakeHub(path=path), FakeRegion()
+    hub.table[(2, 7)] = ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"]
+    hub.use_fast() if path == "c" else None
+    hub.acquire(region)
+    token, allow_tokens = routing.regions.set((region,)), []
+    try:
+        for i, step in enumerate(program, start=1):
+            what, line = step[0], step[1]
+            if what == "foreign":  # another thread's copy, handed over by the Python callback
+                region.observations.append(_obs("cudaMemcpyAsync", "copy", "d2d", True))
+                continue
+            if what == "allow":
+                if allow_tokens:
+                    routing.allows.reset(allow_tokens.pop())
+                else:
+                    allow_tokens.append(routing.allows.set(("an allow",)))
+                continue
+            if what == "copy":
+                _, _, cbid, kind, stream, host = step
+                params = C.MemcpyAsyncParams(dst=0xd000 if kind == 1 else host,
+                                             src=host if kind == 1 else 0xd000, count=4,
+                                             kind=kind, stream=stream)
+            else:
+                cbid, params = 131, C.StreamParams(stream=step[2])
+            _fire_from(hub, line, 2, cbid, C.API_ENTER, i, params)
+            if cbid == 131:
+                _fire_from(hub, line, 1, 126, C.API_ENTER, 1000 + i, params)
+                _fire_from(hub, line, 1, 126, C.API_EXIT, 1000 + i, params)
+            _fire_from(hub, line, 2, cbid, C.API_EXIT, i, params)
+    finally:
+        while allow_tokens:
+            routing.allows.reset(allow_tokens.pop())
+        routing.regions.reset(token)
+        hub.release(region)
+    assert hub.errors == 0 and (hub.fast is None or hub.fast.errors() == 0)
+    return hub, region.observations
+
+
+def _any_program():
+    """Random call sequences for the two callbacks (no GPU): async copies (cudaMemcpyAsync, H2D,
+    D2H or D2D, from pinned 0x7100 or pageable 0x7000 host memory) and blocking ones
+    (cudaMemcpy), stream syncs, on streams 0, 7 and 9, from two lines, an allow entered or left
+    between any two, another thread's copy handed over between any two; half the time a copy with a stream sync right after it from its line,
+    as a blocking copy makes them."""
+    from hypothesis import strategies as st
+
+    line, stream = st.sampled_from([1, 2]), st.sampled_from([0, 7, 9])
+    copy = st.tuples(st.just("copy"), line, st.sampled_from([41, 41, 7]), st.sampled_from([1, 2, 3]),
+                     stream, st.sampled_from([0x7000, 0x7100]))
+    sync = st.tuples(st.just("sync"), line, stream)
+    allow = st.tuples(st.just("allow"), st.just(0))
+    foreign = st.tuples(st.just("foreign"), st.just(0))
+    pair = st.builds(lambda c, same: [c, ("sync", c[1], c[4] if same else 9)], copy, st.booleans())
+    one = st.one_of(copy, sync, allow, foreign).map(lambda x: [x])
+    return st.lists(st.one_of(one, pair, pair), max_size=8).map(lambda xs: sum(xs, []))
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
+    """Random call sequences fired at both callbacks (fake libcupti, no GPU): where a stream sync
+    comes right after an async host<->device copy from the same stack, stream, thread and allows,
+    the C callback keeps no call of its own for it (the copy's Call carries it: ``paired_api``,
+    ``paired_blocked_us``); the Python callback keeps both. The events are the same, through the C
+    exit (``by_pointer``) and combine's Python loop, but for the measured durations and the stacks
+    below the firing function: each paired
+    event's is the sum of the copy's and the sync's. Expected values come from the Python
+    callback's calls through combine's Python loop."""
+    from hypothesis import given, settings
+
+    ptrs = {0x7000: 1, 0x7100: 2, 0xd000: 3}
+    fake = _fake_runtime({p: {1: 0, 2: 1, 3: 2}[k] for p, k in ptrs.items()})
+
+    def events(evs):
+        # (the stacks differ below _run_program: each callback's run is called from its own line)
+        return [(dataclasses.replace(e, host_blocked_us=None, stack=()), allows) for e, allows, _ in evs]
+
+    @settings(max_examples=300, deadline=None)
+    @given(_any_program())
+    def check(program):
+        _, by_python = _run_program("python", program)
+        hub, by_c = _run_program("c", program)
+        want, want_notes = combine(by_python, ByPointer(ptrs))
+        got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                                  ("cuda",), cuda._C_KINDS)
+        # (another thread's CudaCall among them: the Python loop decides, as at a real exit)
+        got = combine(by_c, ByPointer(ptrs))[0] if got is NotImplemented else got[0]
+        assert events(got) == events(want)
+        assert events(combine(by_c, ByPointer(ptrs))[0]) == events(want)  # the Python loop on Calls
+        assert all(e.host_blocked_us is not None for e, _, _ in got)
+        paired = [o for o in by_c if getattr(o, "paired_api", None) is not None]
+        assert len(by_c) == len(by_python) - len(paired)
+        assert all(o.paired_api == "cudaStreamSynchronize" and o.paired_blocked_us is not None
+                   for o in paired)
+
+    check()
+    # the pair as a blocking copy makes it: one Call, one event, its duration the sum of both
+    program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)]
+    hub, (call,) = _run_program("c", program)
+    (ev, _, _), = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                                      ("cuda",), cuda._C_KINDS)[0]
+    assert (ev.kind, ev.api) == ("blocking_copy_h2d", "cudaStreamSynchronize")
+    assert ev.host_blocked_us == (round(call.blocked_us * 10) + round(call.paired_blocked_us * 10)) / 10
+    # not from the same line, another stream, an allow between, another thread's copy between:
+    # kept apart
+    for program in ([("copy", 1, 41, 1, 7, 0x7000), ("sync", 2, 7)],
+                    [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 9)],
+                    [("copy", 1, 41, 1, 7, 0x7000), ("allow", 0), ("sync", 1, 7)],
+                    [("copy", 1, 41, 1, 7, 0x7000), ("foreign", 0), ("sync", 1, 7)]):
+        obs = _run_program("c", program)[1]
+        assert [getattr(o, "paired_api", None) for o in obs] == [None] * len(obs)
+
+
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
 @pytest.mark.parametrize("calls", ["C module", "ctypes"])
 def test_no_region_outlives_its_exit_in_the_c_callbacks_memory(calls):

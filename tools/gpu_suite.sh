@@ -38,10 +38,11 @@ if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
 fi
 # overhead: host-side timings, so a lease runs them alone on the host ("core" elsewhere, then
-# "overhead" per version one after another): 101 rounds of the cheap configurations, 11 of the
+# "overhead" per version one after another): 216 rounds of the cheap configurations (twice
+# the 108 of 51b50c2, whose merge cells had 95% intervals of about ±1.2%), 11 of the
 # profiler ones (~25x the loop each)
 if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = overhead ]; then
-  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 101 --profiler-rounds 11
+  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 216 --profiler-rounds 11
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
 fi
 if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then

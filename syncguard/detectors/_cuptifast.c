@@ -54,11 +54,12 @@ enum { ROLE_SYNC = 1, ROLE_COPY = 2, ROLE_FREE = 3 };
 enum { SPEC_NONE = 0, SPEC_STREAM = 1, SPEC_MEMCPY = 2, SPEC_MEMCPY2D = 3, SPEC_DRV_COPY = 4,
        SPEC_DRV_COPY_ASYNC = 5 };
 enum { DIR_NONE = 0, DIR_H2D = 1, DIR_D2H = 2, DIR_D2D = 3, DIR_H2H = 4 };
-enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2 };
+/* MODE_PAIRED: the thread's stream sync in flight rides on its kept copy (see pair_with()) */
+enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2, MODE_PAIRED = 3 };
 #define MAXCB 4096
 #define MAXCORR 8
 
-typedef struct { int8_t used, role, dir, is_async, spec; int16_t index; } Entry;
+typedef struct { int8_t used, role, dir, is_async, spec, stream_sync; int16_t index; } Entry;
 static Entry entries[3][MAXCB];
 /* the configured ids as a list, for switching them on and off: scanning entries[][] (64 KB) for
  * them cost as much as the 45 cuptiEnableCallback calls themselves */
@@ -352,6 +353,12 @@ typedef struct Call {
     int64_t t0;
     double blocked;                  /* us; has_blocked == 0: None */
     uint32_t corr[MAXCORR];
+    /* a stream sync that this async copy's thread made right after it from the same site
+     * (pair_with()): its table index, when it began, and its duration (us) */
+    int8_t has_pair, has_pair_blocked;
+    int16_t pair;
+    int64_t pair_t0;
+    double pair_blocked;
 } Call;
 
 /* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
@@ -359,7 +366,8 @@ typedef struct Call {
 static PyObject *names_table;
 
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
-       F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR };
+       F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR,
+       F_PAIRED_API, F_PAIRED_BLOCKED };
 
 /* the call's api name, role or sync kind (F_API, F_ROLE, F_KIND), from the name table it was
  * made under (borrowed) */
@@ -398,6 +406,11 @@ static PyObject *call_get(PyObject *self, void *closure) {
         if (c->dir == DIR_H2D) return call_get(self, (void *)(intptr_t)F_SRC);
         if (c->dir == DIR_D2H) return call_get(self, (void *)(intptr_t)F_DST);
         return Py_NewRef(Py_None);
+    case F_PAIRED_API: /* the stream sync riding on this copy (pair_with()), or None */
+        return c->has_pair ? Py_NewRef(PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair))
+                           : Py_NewRef(Py_None);
+    case F_PAIRED_BLOCKED:
+        return c->has_pair_blocked ? PyFloat_FromDouble(c->pair_blocked) : Py_NewRef(Py_None);
     }
     Py_RETURN_NONE;
 }
@@ -408,7 +421,8 @@ static PyGetSetDef call_getset[] = {
     GET("is_async", F_IS_ASYNC), GET("correlation", F_CORRELATION), GET("stream", F_STREAM),
     GET("site", F_SITE), GET("phase", F_PHASE), GET("thread", F_THREAD), GET("allows", F_ALLOWS),
     GET("blocked_us", F_BLOCKED), GET("nbytes", F_NBYTES), GET("src", F_SRC), GET("dst", F_DST),
-    GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR), {NULL}};
+    GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR),
+    GET("paired_api", F_PAIRED_API), GET("paired_blocked_us", F_PAIRED_BLOCKED), {NULL}};
 #undef GET
 
 static int call_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -479,6 +493,7 @@ static PyObject *new_call(const Entry *e, int dir, const uint32_t *corr, int nco
     c->has_src = (int8_t)(has_ptrs && src); c->src = src;
     c->has_dst = (int8_t)(has_ptrs && dst); c->dst = dst;
     c->t0 = t0;
+    c->has_pair = c->has_pair_blocked = 0; c->pair = 0; c->pair_t0 = 0; c->pair_blocked = 0.0;
     PyObject_GC_Track((PyObject *)c);
     return (PyObject *)c;
 }
@@ -495,7 +510,7 @@ static void forget(void) {
     Py_CLEAR(last_lists);
     /* and this thread's last call (the one that switches callbacks off has none in flight);
      * another thread's stays held until that thread's next callback (it holds no region) */
-    if (T.mode != MODE_KEPT) Py_CLEAR(T.call);
+    if (T.mode != MODE_KEPT && T.mode != MODE_PAIRED) Py_CLEAR(T.call);
 }
 
 static int deliver(PyObject *regions, PyObject *call) {
@@ -549,7 +564,36 @@ static PyObject *engine_owner(void) {
     return PyTuple_Check(regions) && PyTuple_GET_SIZE(regions) ? regions : NULL;
 }
 
-static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d) {
+/* Whether the stream sync about to be kept completes ``prev``, this thread's last kept call, as
+ * combine would pair the two at the region's exit: prev an async host<->device copy, done, not
+ * paired yet, on the sync's stream (or either stream unknown or the legacy 0), made from the same
+ * Site object (the same stack) on the same thread under the same allows and phase, and the last
+ * observation of every region the sync goes to (nothing came between them there). Then the sync
+ * rides on the copy (MODE_PAIRED): no call is built or handed over, and combine makes the pair's
+ * one blocking copy from the copy alone. Anything less and the sync is kept on its own, for
+ * combine's rules to decide; so the events are the same either way. Torch 2.8's 100 merges made
+ * 100 such pairs, each a call built and handed over for nothing. */
+static int pair_with(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
+                     int phase, PyObject *thread, int has_stream, uint64_t stream) {
+    if (prev->role != ROLE_COPY || !prev->is_async || prev->has_pair || !prev->has_blocked ||
+        (prev->dir != DIR_H2D && prev->dir != DIR_D2H))
+        return 0;
+    if (prev->has_stream && prev->stream && has_stream && stream && prev->stream != stream) return 0;
+    if (prev->site != site || prev->thread != thread || prev->allows != allows ||
+        prev->phase != phase || regions != last_regions || !last_lists)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(last_lists); i++) {
+        PyObject *list = PyTuple_GET_ITEM(last_lists, i);
+        Py_ssize_t n = PyList_GET_SIZE(list);
+        if (!n || PyList_GET_ITEM(list, n - 1) != (PyObject *)prev) return 0;
+    }
+    return 1;
+}
+
+/* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
+ * thread's last kept call, done (borrowed), which a stream sync may complete (pair_with). */
+static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d,
+                  Call *prev) {
     /* the call's own parameters first: plain reads, no Python */
     int dir = e->dir;
     uint64_t stream = 0, src = 0, dst = 0, nbytes = 0;
@@ -622,6 +666,15 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
         goto error;
     }
+    if (prev && e->stream_sync &&
+        pair_with(prev, regions, site, allows, phase, thread, has_stream, stream)) {
+        Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
+        prev->has_pair = 1; prev->pair = e->index;
+        t->call = (Call *)Py_NewRef((PyObject *)prev);
+        t->mode = MODE_PAIRED;
+        prev->pair_t0 = now_ns();
+        return;
+    }
     /* handed over now, in the order this thread's calls begin (the only calls kept are the
      * outermost, so that is the order they end in too); EXIT stamps the duration */
     uint32_t corr = d->correlationId;
@@ -644,16 +697,22 @@ error:
     PyErr_Clear();
 }
 
-/* The kept call's EXIT, without the GIL: only C fields of the call this thread holds are
- * written. The call is already in its regions' lists; nothing there reads it before the
+/* The kept call's EXIT, or that of the stream sync riding on it (MODE_PAIRED), without the
+ * GIL: only C fields of the call this thread holds are written. The call is already in its regions' lists; nothing there reads it before the
  * region's exit, which comes after the call returned (the same thread), or while another
  * thread's region would see it unfinished (blocked_us None) either way. */
 static void leave(ThreadState *t) {
     Call *c = t->call;
     int64_t t1 = now_ns();
     /* microseconds to one decimal, as the Python callback's round((t1 - t0) / 1000, 1) */
-    c->blocked = (double)llround((double)(t1 - c->t0) / 100.0) / 10.0;
-    c->has_blocked = 1;
+    if (t->mode == MODE_PAIRED) { /* the sync riding on the copy: its own duration */
+        c->pair_blocked = (double)llround((double)(t1 - c->pair_t0) / 100.0) / 10.0;
+        c->has_pair_blocked = 1;
+    } else {
+        c->blocked = (double)llround((double)(t1 - c->t0) / 100.0) / 10.0;
+        c->has_blocked = 1;
+    }
+    t->mode = MODE_IDLE;
 }
 
 #if PY_VERSION_HEX >= 0x030D0000
@@ -715,8 +774,11 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
         Held h = hold();
         TADD(P_ENTER_GIL, t0);
         int64_t t1 = T0();
-        clear_kept(t); /* the last call, done: let go now that the GIL is held */
-        enter(t, e, domain, cbid, d);
+        Call *prev = t->call; /* the last call, done: let go of now that the GIL is held, once */
+        t->call = NULL;       /* a stream sync has seen whether it completes it */
+        t->mode = MODE_IDLE;
+        enter(t, e, domain, cbid, d, prev);
+        Py_XDECREF(prev);
         TADD(P_ENTER, t1);
         int64_t t2 = T0();
         unhold(h);
@@ -731,11 +793,10 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             if (!depth) t->mode = MODE_IDLE;
             return;
         }
-        if (depth || t->mode != MODE_KEPT) {
+        if (depth || (t->mode != MODE_KEPT && t->mode != MODE_PAIRED)) {
             if (depth) TADD(P_NESTED, t0);
             return;
         }
-        t->mode = MODE_IDLE;
         leave(t);
         TADD(P_LEAVE, t0);
     }
@@ -807,6 +868,8 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
         Entry *e = &fresh[domain][cbid];
         e->used = 1; e->role = (int8_t)role_code; e->dir = (int8_t)dir;
         e->is_async = (int8_t)is_async; e->spec = (int8_t)spec; e->index = (int16_t)i;
+        e->stream_sync = (int8_t)(role_code == ROLE_SYNC && PyUnicode_Check(kind) &&
+                                  PyUnicode_CompareWithASCIIString(kind, "stream_sync") == 0);
         fresh_ids[i].domain = domain; fresh_ids[i].cbid = cbid;
         PyTuple_SET_ITEM(apis, i, Py_NewRef(api));
         PyTuple_SET_ITEM(roles, i, Py_NewRef(role));
@@ -1121,7 +1184,7 @@ static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
         const Call *k = (const Call *)o;
         int is_copy = k->role == ROLE_COPY;
         if (is_copy && cand >= 0) { drop[cand] = 1; ask[nptr++] = host[cand]; }
-        int async_host = is_copy && k->is_async && ((k->dir == DIR_H2D && k->has_src) ||
+        int async_host = is_copy && k->is_async && !k->has_pair && ((k->dir == DIR_H2D && k->has_src) ||
                                                     (k->dir == DIR_D2H && k->has_dst));
         cand = async_host ? i : -1;
         if (async_host) host[i] = k->dir == DIR_H2D ? k->src : k->dst;
@@ -1186,8 +1249,8 @@ static int same(PyObject *a, PyObject *b) { return a == b ? 1 : PyObject_RichCom
  * when site, api, kind, thread or phase differ from the last event's: one dict update and one
  * item per event instead of ten items. The pointers compared are the observations' own objects,
  * alive until the loop ends. */
-static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked) {
-    PyObject *api = call_name(c, F_API);
+static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked, PyObject *api) {
+    if (!api) api = call_name(c, F_API);
     if (!m->tpl || m->tpl_site != c->site || m->tpl_api != api || m->tpl_kind != kind ||
         m->tpl_thread != c->thread || m->tpl_phase != c->phase) {
         Py_CLEAR(m->tpl);
@@ -1223,6 +1286,18 @@ out:
     return rc;
 }
 
+/* The blocking copy of a copy and the stream sync riding on it (pair_with): the event combine
+ * makes of the two, the sync's api named, both durations summed in tenths of a microsecond */
+static int add_pair(Combine *m, const Call *c, PyObject *kind) {
+    double b = (double)(llround((c->has_pair_blocked ? c->pair_blocked : 0) * 10) +
+                        llround((c->has_blocked ? c->blocked : 0) * 10)) / 10;
+    PyObject *blocked = PyFloat_FromDouble(b);
+    if (!blocked) return -1;
+    int rc = add_event(m, c, kind, blocked, PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair));
+    Py_DECREF(blocked);
+    return rc;
+}
+
 /* 1 pinned, 2 pageable, 3 something else, 0 nothing says; -1 error */
 static int host_memory(Combine *m, const Call *c, int dir) {
     if (m->ptrs) { /* as ByPointer.host_kind names the kind */
@@ -1240,7 +1315,7 @@ static int host_memory(Combine *m, const Call *c, int dir) {
 static int unpaired(Combine *m, const Call *c, int dir) {
     int host = host_memory(m, c, dir);
     if (host < 0) return -1;
-    if (host == 2 && add_event(m, c, m->kinds[K_PAGEABLE], NULL) < 0) return -1;
+    if (host == 2 && add_event(m, c, m->kinds[K_PAGEABLE], NULL, NULL) < 0) return -1;
     if (host == 0) m->unknown++;
     return 0;
 }
@@ -1295,8 +1370,11 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 if (none) { m->undirected++; continue; }
             }
             if (dir == DIR_H2D || dir == DIR_D2H) {
-                if (c->is_async) { pending = c; pending_dir = dir; }
-                else if (add_event(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H], NULL) < 0)
+                if (c->is_async && c->has_pair) { /* the stream sync that completed it rides on it */
+                    if (add_pair(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H]) < 0)
+                        return -1;
+                } else if (c->is_async) { pending = c; pending_dir = dir; }
+                else if (add_event(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H], NULL, NULL) < 0)
                     return -1;
             }
             continue; /* d2d, h2h, p2p: the host does not wait for these */
@@ -1325,7 +1403,7 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 PyObject *blocked = PyFloat_FromDouble(b);
                 int rc = blocked ? add_event(m, c, m->kinds[pending_dir == DIR_H2D ? K_COPY_H2D
                                                                                  : K_COPY_D2H],
-                                             blocked) : -1;
+                                             blocked, NULL) : -1;
                 Py_XDECREF(blocked);
                 if (rc < 0) return -1;
                 continue;
@@ -1356,7 +1434,7 @@ static int combine_loop(Combine *m, PyObject *obs) {
             Py_DECREF(d);
             if (PyErr_Occurred()) return -1;
         }
-        if (add_event(m, c, kind, NULL) < 0) return -1;
+        if (add_event(m, c, kind, NULL, NULL) < 0) return -1;
     }
     if (pending && unpaired(m, pending, pending_dir) < 0) return -1;
     return 0;

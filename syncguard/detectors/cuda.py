@@ -460,7 +460,8 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
     module, the loop below.
 
     A copy and the stream sync that follows it from the same line on the same stream are one
-    blocking copy; an async copy with nothing after it waits only if its host memory is pageable
+    blocking copy (the C callback joins the two already where the sync comes from the same stack:
+    the copy's Call then carries the sync, ``paired_api``); an async copy with nothing after it waits only if its host memory is pageable
     (CUDA stages pageable memory synchronously); device-to-device copies never make the host wait.
     ``memory`` (:mod:`.hostmem`'s ``ByPointer`` or ``ByCorrelation``) says a copy's host memory,
     and the direction of a copy whose call does not.
@@ -498,7 +499,14 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
             if direction is None:
                 undirected += 1
             elif direction == "h2d" or direction == "d2h":
-                if o.is_async:
+                paired = getattr(o, "paired_api", None)  # the C callback's Call only
+                if o.is_async and paired is not None:
+                    # the stream sync that completed it rides on it (_cuptifast's pair_with): the
+                    # pair's blocking copy, as below for a copy and the sync after it
+                    kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+                    blocked = (round((o.paired_blocked_us or 0) * 10) + round((o.blocked_us or 0) * 10)) / 10
+                    events.append((_event(o, paired, kind, blocked=blocked), o.allows, None))
+                elif o.is_async:
                     pending, pending_dir = o, direction
                 else:
                     kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
