@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 import sys
 import types
 import warnings
@@ -979,14 +980,17 @@ def _run_program(path, program):
     steps enter or leave an allow between calls. The region's observations."""
     hub, region = FakeHub(path=path), FakeRegion()
     hub.table[(2, 7)] = ("cudaMemcpy",) + RUNTIME_APIS["cudaMemcpy"]
+    hub.table[(1, 17)] = ("cuMemcpyHtoDAsync_v2",) + DRIVER_APIS["cuMemcpyHtoDAsync"]
     hub.use_fast() if path == "c" else None
     hub.acquire(region)
     token, allow_tokens = routing.regions.set((region,)), []
     try:
         for i, step in enumerate(program, start=1):
             what, line = step[0], step[1]
-            if what == "foreign":  # another thread's copy, handed over by the Python callback
-                region.observations.append(_obs("cudaMemcpyAsync", "copy", "d2d", True))
+            if what == "foreign":  # another thread's call, handed over by the Python callback
+                region.observations.append(
+                    _obs("cudaMemcpyAsync", "copy", "d2d", True) if line == 0 else
+                    _obs("cudaStreamSynchronize", "sync", kind="stream_sync", src=None, dst=None))
                 continue
             if what == "allow":
                 if allow_tokens:
@@ -994,18 +998,22 @@ def _run_program(path, program):
                 else:
                     allow_tokens.append(routing.allows.set(("an allow",)))
                 continue
-            if what == "copy":
+            domain = 2
+            if what == "copy" and step[2] == 17:  # the driver's async H2D copy, made directly
+                _, _, cbid, _, stream, host = step
+                domain, params = 1, C.DriverCopyAsyncParams(dst=0xd000, src=host, count=4, stream=stream)
+            elif what == "copy":
                 _, _, cbid, kind, stream, host = step
                 params = C.MemcpyAsyncParams(dst=0xd000 if kind == 1 else host,
                                              src=host if kind == 1 else 0xd000, count=4,
                                              kind=kind, stream=stream)
             else:
                 cbid, params = 131, C.StreamParams(stream=step[2])
-            _fire_from(hub, line, 2, cbid, C.API_ENTER, i, params)
+            _fire_from(hub, line, domain, cbid, C.API_ENTER, i, params)
             if cbid == 131:
                 _fire_from(hub, line, 1, 126, C.API_ENTER, 1000 + i, params)
                 _fire_from(hub, line, 1, 126, C.API_EXIT, 1000 + i, params)
-            _fire_from(hub, line, 2, cbid, C.API_EXIT, i, params)
+            _fire_from(hub, line, domain, cbid, C.API_EXIT, i, params)
     finally:
         while allow_tokens:
             routing.allows.reset(allow_tokens.pop())
@@ -1017,21 +1025,26 @@ def _run_program(path, program):
 
 def _any_program():
     """Random call sequences for the two callbacks (no GPU): async copies (cudaMemcpyAsync, H2D,
-    D2H or D2D, from pinned 0x7100 or pageable 0x7000 host memory) and blocking ones
-    (cudaMemcpy), stream syncs, on streams 0, 7 and 9, from two lines, an allow entered or left
-    between any two, another thread's copy handed over between any two; half the time a copy with a stream sync right after it from its line,
-    as a blocking copy makes them."""
+    D2H or D2D; the driver's cuMemcpyHtoDAsync, H2D; from pinned 0x7100, pageable 0x7000 or
+    unknown 0x9999 host memory) and blocking ones (cudaMemcpy), stream syncs, on streams 0, 7 and 9, from two lines, an allow entered or left
+    between any two, another thread's copy or stream sync handed over between any two; often a
+    copy with a stream sync right after it from its line, as a blocking copy makes them, and a
+    run of like copies, as a loop makes them."""
     from hypothesis import strategies as st
 
     line, stream = st.sampled_from([1, 2]), st.sampled_from([0, 7, 9])
-    copy = st.tuples(st.just("copy"), line, st.sampled_from([41, 41, 7]), st.sampled_from([1, 2, 3]),
-                     stream, st.sampled_from([0x7000, 0x7100]))
+    copy = st.tuples(st.just("copy"), line, st.sampled_from([41, 41, 7, 17]),
+                     st.sampled_from([1, 2, 3]), stream, st.sampled_from([0x7000, 0x7000, 0x7100, 0x9999]))
     sync = st.tuples(st.just("sync"), line, stream)
     allow = st.tuples(st.just("allow"), st.just(0))
-    foreign = st.tuples(st.just("foreign"), st.just(0))
+    foreign = st.tuples(st.just("foreign"), st.sampled_from([0, 1]))  # a copy, a stream sync
     pair = st.builds(lambda c, same: [c, ("sync", c[1], c[4] if same else 9)], copy, st.booleans())
     one = st.one_of(copy, sync, allow, foreign).map(lambda x: [x])
-    return st.lists(st.one_of(one, pair, pair), max_size=8).map(lambda xs: sum(xs, []))
+    # a run of like copies, as a loop makes them; or one whose last copy is the other api's
+    run = st.builds(lambda c, n, other: [c] * n + ([c[:2] + ({41: 17, 17: 41}.get(c[2], 7),) + c[3:]]
+                                                   if other else []),
+                    copy, st.integers(2, 3), st.booleans())
+    return st.lists(st.one_of(one, pair, pair, run), max_size=8).map(lambda xs: sum(xs, []))
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
@@ -1039,7 +1052,9 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
     """Random call sequences fired at both callbacks (fake libcupti, no GPU): where a stream sync
     comes right after an async host<->device copy from the same stack, stream, thread and allows,
     the C callback keeps no call of its own for it (the copy's Call carries it: ``paired_api``,
-    ``paired_blocked_us``); the Python callback keeps both. The events are the same, through the C
+    ``paired_blocked_us``); where a copy comes right after a like one (same api, pointers, size,
+    stream, stack, thread, allows), it keeps none either (``folded_blocked_us``: the earlier
+    copies' durations); the Python callback keeps every call. The events are the same, through the C
     exit (``by_pointer``) and combine's Python loop, but for the measured durations and the stacks
     below the firing function: each paired
     event's is the sum of the copy's and the sync's. Expected values come from the Python
@@ -1062,12 +1077,15 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
         got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
                                   ("cuda",), cuda._C_KINDS)
         # (another thread's CudaCall among them: the Python loop decides, as at a real exit)
-        got = combine(by_c, ByPointer(ptrs))[0] if got is NotImplemented else got[0]
-        assert events(got) == events(want)
-        assert events(combine(by_c, ByPointer(ptrs))[0]) == events(want)  # the Python loop on Calls
+        got, notes = (combine(by_c, ByPointer(ptrs)) if got is NotImplemented
+                      else (got[0], cuda._notes(*got[1:])))
+        assert (events(got), notes) == (events(want), want_notes)
+        in_python = combine(by_c, ByPointer(ptrs))  # the Python loop on Calls
+        assert (events(in_python[0]), in_python[1]) == (events(want), want_notes)
         assert all(e.host_blocked_us is not None for e, _, _ in got)
         paired = [o for o in by_c if getattr(o, "paired_api", None) is not None]
-        assert len(by_c) == len(by_python) - len(paired)
+        folded = sum(len(getattr(o, "folded_blocked_us", ())) for o in by_c)
+        assert len(by_c) == len(by_python) - len(paired) - folded
         assert all(o.paired_api == "cudaStreamSynchronize" and o.paired_blocked_us is not None
                    for o in paired)
 
@@ -1079,6 +1097,35 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
                                       ("cuda",), cuda._C_KINDS)[0]
     assert (ev.kind, ev.api) == ("blocking_copy_h2d", "cudaStreamSynchronize")
     assert ev.host_blocked_us == (round(call.blocked_us * 10) + round(call.paired_blocked_us * 10)) / 10
+    # a run of like copies: one Call, each copy's event with its own duration (each copy lasts
+    # 2, 4 and 6 ms or more here: a sleep between its ENTER and EXIT)
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.acquire(region)
+    token, copy = routing.regions.set((region,)), C.MemcpyAsyncParams(dst=0xd000, src=0x7000,
+                                                                     count=4, kind=1, stream=7)
+    try:
+        for i in range(3):
+            _fire(hub, 2, 41, C.API_ENTER, i, copy)
+            time.sleep(0.002 * (i + 1))
+            _fire(hub, 2, 41, C.API_EXIT, i, copy)
+    finally:
+        routing.regions.reset(token)
+        hub.release(region)
+    (call,) = region.observations
+    evs, unknown, _ = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                                          ("cuda",), cuda._C_KINDS)
+    assert [e.kind for e, _, _ in evs] == ["pageable_copy"] * 3 and unknown == 0
+    durations = [*call.folded_blocked_us, call.blocked_us]
+    assert [e.host_blocked_us for e, _, _ in evs] == durations
+    assert all(2000 * (i + 1) <= b for i, b in enumerate(durations)), durations
+    # nothing says what host memory a run has: each copy counted unknown
+    hub, (call,) = _run_program("c", [("copy", 1, 41, 1, 7, 0x9999)] * 3)
+    assert hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                               ("cuda",), cuda._C_KINDS)[1:] == (3, 0)
+    assert combine([call], ByPointer(ptrs))[1] == cuda._notes(3, 0)
+    # the same copy through the driver's API, then the runtime's: two calls
+    obs = _run_program("c", [("copy", 1, 17, 1, 7, 0x7000), ("copy", 1, 41, 1, 7, 0x7000)])[1]
+    assert [o.api for o in obs] == ["cuMemcpyHtoDAsync_v2", "cudaMemcpyAsync"]
     # not from the same line, another stream, an allow between, another thread's copy between:
     # kept apart
     for program in ([("copy", 1, 41, 1, 7, 0x7000), ("sync", 2, 7)],
@@ -1087,6 +1134,13 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
                     [("copy", 1, 41, 1, 7, 0x7000), ("foreign", 0), ("sync", 1, 7)]):
         obs = _run_program("c", program)[1]
         assert [getattr(o, "paired_api", None) for o in obs] == [None] * len(obs)
+        # and two like copies so (the sync a copy from its line and stream): not folded
+        copies = [("copy", s[1], 41, 1, s[2], 0x7000) if s[0] == "sync" else s for s in program]
+        obs = _run_program("c", copies)[1]
+        assert [len(getattr(o, "folded_blocked_us", ())) for o in obs] == [0] * len(obs)
+    # nor copies from another host block
+    obs = _run_program("c", [("copy", 1, 41, 1, 7, 0x7000), ("copy", 1, 41, 1, 7, 0x7100)])[1]
+    assert [len(o.folded_blocked_us) for o in obs] == [0, 0]
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
@@ -1274,7 +1328,8 @@ def test_no_garbage_collection_runs_inside_the_c_callback(monkeypatch):
         gc.set_threshold(*threshold)
         routing.regions.reset(token)
         hub.release(region)
-    assert hub.fast.errors() == 0 and len(region.observations) == 3
+    # three copies kept (the second, from the first's line, folded into it: fold_into)
+    assert hub.fast.errors() == 0 and [len(o.folded_blocked_us) for o in region.observations] == [1, 0]
     assert during and not any(during)  # the site was made inside, with the collector off
     assert seen == [False, False]  # both cycles collected, neither inside the callback
     assert enabled_after and disabled_after  # the collector left as it was found

@@ -11,7 +11,9 @@
  *
  * Same rules as the Python callback (which stays, as the fallback where this module did not
  * build): only the outermost call of a thread is kept (a runtime call and the driver calls under
- * it are one observation); only threads whose context has a region (the ``regions`` ContextVar)
+ * it are one observation; a stream sync completing the copy just before it, and a copy like the
+ * one just before it, are kept on that copy's Call: pair_with, fold_into); only threads whose
+ * context has a region (the ``regions`` ContextVar)
  * keep anything; a thread with no region while a backward pass of a region runs is handed to the
  * Python callback whole (its owner logic lives there); the user's frame is found with the same
  * per-code-object classification (attribution._code_cache / _code_class) and the Site is built
@@ -359,6 +361,10 @@ typedef struct Call {
     int16_t pair;
     int64_t pair_t0;
     double pair_blocked;
+    /* the durations (us) of the copies just like this one that came right before it, folded
+     * into it (fold_into()), in order: each of them one combine judges as unpaired */
+    Py_ssize_t nfolded, folded_cap;
+    double *folded;
 } Call;
 
 /* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
@@ -367,7 +373,7 @@ static PyObject *names_table;
 
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
        F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR,
-       F_PAIRED_API, F_PAIRED_BLOCKED };
+       F_PAIRED_API, F_PAIRED_BLOCKED, F_FOLDED };
 
 /* the call's api name, role or sync kind (F_API, F_ROLE, F_KIND), from the name table it was
  * made under (borrowed) */
@@ -411,6 +417,15 @@ static PyObject *call_get(PyObject *self, void *closure) {
                            : Py_NewRef(Py_None);
     case F_PAIRED_BLOCKED:
         return c->has_pair_blocked ? PyFloat_FromDouble(c->pair_blocked) : Py_NewRef(Py_None);
+    case F_FOLDED: { /* the folded copies' durations, in order */
+        PyObject *t = PyTuple_New(c->nfolded);
+        for (Py_ssize_t i = 0; t && i < c->nfolded; i++) {
+            PyObject *v = PyFloat_FromDouble(c->folded[i]);
+            if (!v) { Py_CLEAR(t); break; }
+            PyTuple_SET_ITEM(t, i, v);
+        }
+        return t;
+    }
     }
     Py_RETURN_NONE;
 }
@@ -422,7 +437,8 @@ static PyGetSetDef call_getset[] = {
     GET("site", F_SITE), GET("phase", F_PHASE), GET("thread", F_THREAD), GET("allows", F_ALLOWS),
     GET("blocked_us", F_BLOCKED), GET("nbytes", F_NBYTES), GET("src", F_SRC), GET("dst", F_DST),
     GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR),
-    GET("paired_api", F_PAIRED_API), GET("paired_blocked_us", F_PAIRED_BLOCKED), {NULL}};
+    GET("paired_api", F_PAIRED_API), GET("paired_blocked_us", F_PAIRED_BLOCKED),
+    GET("folded_blocked_us", F_FOLDED), {NULL}};
 #undef GET
 
 static int call_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -440,6 +456,7 @@ static int call_clear(PyObject *self) {
 static void call_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
     call_clear(self);
+    PyMem_Free(((Call *)self)->folded);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -494,6 +511,7 @@ static PyObject *new_call(const Entry *e, int dir, const uint32_t *corr, int nco
     c->has_dst = (int8_t)(has_ptrs && dst); c->dst = dst;
     c->t0 = t0;
     c->has_pair = c->has_pair_blocked = 0; c->pair = 0; c->pair_t0 = 0; c->pair_blocked = 0.0;
+    c->nfolded = c->folded_cap = 0; c->folded = NULL;
     PyObject_GC_Track((PyObject *)c);
     return (PyObject *)c;
 }
@@ -573,21 +591,53 @@ static PyObject *engine_owner(void) {
  * one blocking copy from the copy alone. Anything less and the sync is kept on its own, for
  * combine's rules to decide; so the events are the same either way. Torch 2.8's 100 merges made
  * 100 such pairs, each a call built and handed over for nothing. */
+static int last_of_all(const Call *prev, PyObject *regions);
+
 static int pair_with(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
                      int phase, PyObject *thread, int has_stream, uint64_t stream) {
     if (prev->role != ROLE_COPY || !prev->is_async || prev->has_pair || !prev->has_blocked ||
         (prev->dir != DIR_H2D && prev->dir != DIR_D2H))
         return 0;
     if (prev->has_stream && prev->stream && has_stream && stream && prev->stream != stream) return 0;
-    if (prev->site != site || prev->thread != thread || prev->allows != allows ||
-        prev->phase != phase || regions != last_regions || !last_lists)
-        return 0;
+    return prev->site == site && prev->thread == thread && prev->allows == allows &&
+           prev->phase == phase && last_of_all(prev, regions);
+}
+
+/* Whether ``prev`` is the last observation of every region of ``regions``, the regions it was
+ * handed to (nothing came between it and the call now beginning there). */
+static int last_of_all(const Call *prev, PyObject *regions) {
+    if (regions != last_regions || !last_lists) return 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(last_lists); i++) {
         PyObject *list = PyTuple_GET_ITEM(last_lists, i);
         Py_ssize_t n = PyList_GET_SIZE(list);
         if (!n || PyList_GET_ITEM(list, n - 1) != (PyObject *)prev) return 0;
     }
     return 1;
+}
+
+/* Whether the async copy about to be kept is ``prev`` again, this thread's last kept call: the
+ * same api, direction, stream, pointers and size, from the same Site object, thread, allows and
+ * phase, right after it in every region it goes to. Combine judges such a run of copies one by
+ * one by the same rule: each but the last is followed by a copy, so it made the host wait only
+ * if its (shared) host memory is pageable, and the last one goes on as any copy. So the new copy
+ * folds into prev (its duration kept, in order) and prev stands for it from then on: no call is
+ * built or handed over. The 100 sync-free merges of torch >= 2.9 are such a run (one pinned
+ * block). Only while the host memory is told by pointer (folding): activity records are per
+ * copy. */
+static int folding = 1;
+
+static int fold_into(const Call *prev, const Entry *e, PyObject *regions, PyObject *site,
+                     PyObject *allows, int phase, PyObject *thread, int dir, int has_stream,
+                     uint64_t stream, uint64_t nbytes, uint64_t src, uint64_t dst) {
+    if (!folding || prev->index != e->index || prev->role != ROLE_COPY || !prev->is_async ||
+        prev->has_pair || !prev->has_blocked || prev->dir != dir || (dir != DIR_H2D && dir != DIR_D2H))
+        return 0;
+    if (prev->has_stream != has_stream || prev->stream != stream || !prev->has_nbytes ||
+        prev->nbytes != nbytes || prev->src != src || prev->dst != dst ||
+        prev->has_src != (src != 0) || prev->has_dst != (dst != 0))
+        return 0;
+    return prev->site == site && prev->thread == thread && prev->allows == allows &&
+           prev->phase == phase && last_of_all(prev, regions);
 }
 
 /* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
@@ -665,6 +715,30 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
     if (!site || PyContextVar_Get(allows_var, s_empty, &allows) < 0) {
         Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
         goto error;
+    }
+    if (prev && e->role == ROLE_COPY && e->is_async && has_ptrs &&
+        fold_into(prev, e, regions, site, allows, phase, thread, dir, has_stream, stream, nbytes,
+                  src, dst)) {
+        if (prev->nfolded == prev->folded_cap) {
+            Py_ssize_t cap = prev->folded_cap ? 2 * prev->folded_cap : 16;
+            double *grown = PyMem_Realloc(prev->folded, sizeof(double) * (size_t)cap);
+            if (!grown) {
+                Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
+                PyErr_NoMemory();
+                goto error;
+            }
+            prev->folded = grown;
+            prev->folded_cap = cap;
+        }
+        Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
+        prev->folded[prev->nfolded++] = prev->blocked;
+        prev->has_blocked = 0;
+        prev->ncorr = 1;
+        prev->corr[0] = d->correlationId;
+        t->call = (Call *)Py_NewRef((PyObject *)prev);
+        t->mode = MODE_KEPT;
+        prev->t0 = now_ns();
+        return;
     }
     if (prev && e->stream_sync &&
         pair_with(prev, regions, site, allows, phase, thread, has_stream, stream)) {
@@ -967,6 +1041,13 @@ static PyObject *fn_forget(PyObject *self, PyObject *noargs) {
 
 static PyObject *fn_address(PyObject *self, PyObject *noargs) {
     return PyLong_FromVoidPtr((void *)callback);
+}
+
+static PyObject *fn_folding(PyObject *self, PyObject *arg) {
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    folding = on;
+    Py_RETURN_NONE;
 }
 
 static PyObject *fn_new_generation(PyObject *self, PyObject *noargs) {
@@ -1298,6 +1379,24 @@ static int add_pair(Combine *m, const Call *c, PyObject *kind) {
     return rc;
 }
 
+static int host_memory(Combine *m, const Call *c, int dir);
+
+/* The copies folded into c (fold_into), before c itself: each an async copy the next copy
+ * followed, so unpaired: a pageable copy event each (its own duration) where the host memory
+ * they share is pageable, nothing where pinned, counted unknown where nothing says. */
+static int add_folded(Combine *m, const Call *c, int dir) {
+    int host = host_memory(m, c, dir);
+    if (host < 0) return -1;
+    if (host == 0) m->unknown += (long)c->nfolded;
+    for (Py_ssize_t i = 0; host == 2 && i < c->nfolded; i++) {
+        PyObject *blocked = PyFloat_FromDouble(c->folded[i]);
+        int rc = blocked ? add_event(m, c, m->kinds[K_PAGEABLE], blocked, NULL) : -1;
+        Py_XDECREF(blocked);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
 /* 1 pinned, 2 pageable, 3 something else, 0 nothing says; -1 error */
 static int host_memory(Combine *m, const Call *c, int dir) {
     if (m->ptrs) { /* as ByPointer.host_kind names the kind */
@@ -1369,6 +1468,8 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 if (PyErr_Occurred()) return -1;
                 if (none) { m->undirected++; continue; }
             }
+            if ((dir == DIR_H2D || dir == DIR_D2H) && c->nfolded && add_folded(m, c, dir) < 0)
+                return -1;
             if (dir == DIR_H2D || dir == DIR_D2H) {
                 if (c->is_async && c->has_pair) { /* the stream sync that completed it rides on it */
                     if (add_pair(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H]) < 0)
@@ -1569,6 +1670,8 @@ static PyMethodDef methods[] = {
      "Drop the regions remembered for handing calls over (off() does it too)."},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
+    {"folding", fn_folding, METH_O,
+     "folding(on): fold a run of like async copies into one Call (host memory told by pointer)"},
     {"timing", fn_timing, METH_VARARGS,
      "timing(on) -> {piece: (ns, count)} since the last call (then zeroed); on: time from now"},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},

@@ -23,6 +23,11 @@ the report's detector reason says which ran.
   there hung the process (NOTES), and during stream capture most are illegal. The C callback
   also holds the garbage collector off while it has the GIL, since a collection could free a
   tensor whose release calls CUDA; the Python one cannot (ctypes allocates before it runs).
+* The C callback keeps fewer objects than calls where combine's rules allow it: a stream sync
+  that completes the copy right before it rides on that copy's Call, and a run of like async
+  copies (one loop line, one host block) folds into one Call; the exit judges each as the call it
+  was, so the events are those of the Python callback's calls (torch 2.8's 100 merges: 100 Calls
+  where 200 were kept; torch >= 2.9's: one).
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
@@ -208,6 +213,8 @@ class CuptiHub(CallPath, CuptiCalls):
     def _subscribe(self) -> None:
         fresh = not self.subscribed
         self.generation += 1  # per-thread call depth from before a park is stale
+        if self.fast is not None:  # activity records are per copy: no run of copies folded then
+            self.fast.folding(self.hostmem == "pointer")
         try:
             code = self._on(fresh)
         except BaseException as e:
@@ -461,7 +468,8 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
 
     A copy and the stream sync that follows it from the same line on the same stream are one
     blocking copy (the C callback joins the two already where the sync comes from the same stack:
-    the copy's Call then carries the sync, ``paired_api``); an async copy with nothing after it waits only if its host memory is pageable
+    the copy's Call then carries the sync, ``paired_api``; and it folds a run of like copies into
+    one Call, ``folded_blocked_us``, each judged here as the copy it was); an async copy with nothing after it waits only if its host memory is pageable
     (CUDA stages pageable memory synchronously); device-to-device copies never make the host wait.
     ``memory`` (:mod:`.hostmem`'s ``ByPointer`` or ``ByCorrelation``) says a copy's host memory,
     and the direction of a copy whose call does not.
@@ -478,13 +486,15 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
     pending = None  # an async host<->device copy that a stream sync may complete
     pending_dir = None
 
-    def unpaired(c, direction) -> int:
+    def unpaired(c, direction, folded=None) -> int:
         """An async copy no stream sync completed: it waited only if its memory is pageable.
-        1 when nothing says which."""
+        1 when nothing says which. ``folded``: the durations of the copies folded into ``c``
+        (_cuptifast's fold_into), judged so instead of ``c`` itself, one each."""
         host = host_kind(c, direction)
-        if host == "pageable":
-            events.append((_event(c, c.api, PAGEABLE_COPY), c.allows, None))
-        return host is None
+        for blocked in (c.blocked_us,) if folded is None else folded:
+            if host == "pageable":
+                events.append((_event(c, c.api, PAGEABLE_COPY, blocked=blocked), c.allows, None))
+        return (host is None) * (1 if folded is None else len(folded))
 
     for o in obs:
         if o.source != "cuda":
@@ -499,6 +509,9 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
             if direction is None:
                 undirected += 1
             elif direction == "h2d" or direction == "d2h":
+                folded = getattr(o, "folded_blocked_us", None)  # the C callback's Call only
+                if folded:  # copies like it right before it, folded into it: each unpaired
+                    unknown += unpaired(o, direction, folded)
                 paired = getattr(o, "paired_api", None)  # the C callback's Call only
                 if o.is_async and paired is not None:
                     # the stream sync that completed it rides on it (_cuptifast's pair_with): the
