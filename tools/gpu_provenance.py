@@ -28,10 +28,13 @@ def last_result(log: Path) -> str:
     if log.name.startswith("stress-threads"):
         return "; ".join(x for x in lines if "rc=" in x) or "–"
     if log.name.startswith("overhead-") and not log.name.startswith("overhead-cprofile"):
-        # the benchmark prints one line per workload: "<workload>: <config> <ratio>x; ..."
+        # the benchmark prints one line per workload: "<workload>: bare 1.000x; <config>
+        # <ratio>x; ..." (its carry-over lines, "The bare loop's median ms ...: <config> <ms>; ...",
+        # name the same configurations, in ms: not these)
         said = [x.split(":", 1)[0] + ": " + next((p.strip() for p in x.split(";")
                                                  if "audit(cuda) pointer " in p), "?")
-                for x in lines if "; audit(cuda) pointer " in x]
+                for x in lines if "; audit(cuda) pointer " in x
+                and x.split(":", 1)[1].lstrip().startswith("bare ")]
         if said:
             return ("ratio of medians, as the log prints it: " + "; ".join(said)).replace("|", "/")
     return (lines[-1][:120] if lines else "–").replace("|", "/")
