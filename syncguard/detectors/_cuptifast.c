@@ -582,6 +582,8 @@ static PyObject *engine_owner(void) {
     return PyTuple_Check(regions) && PyTuple_GET_SIZE(regions) ? regions : NULL;
 }
 
+static int last_of_all(const Call *prev, PyObject *regions);
+
 /* Whether the stream sync about to be kept completes ``prev``, this thread's last kept call, as
  * combine would pair the two at the region's exit: prev an async host<->device copy, done, not
  * paired yet, on the sync's stream (or either stream unknown or the legacy 0), made from the same
@@ -591,8 +593,6 @@ static PyObject *engine_owner(void) {
  * one blocking copy from the copy alone. Anything less and the sync is kept on its own, for
  * combine's rules to decide; so the events are the same either way. Torch 2.8's 100 merges made
  * 100 such pairs, each a call built and handed over for nothing. */
-static int last_of_all(const Call *prev, PyObject *regions);
-
 static int pair_with(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
                      int phase, PyObject *thread, int has_stream, uint64_t stream) {
     if (prev->role != ROLE_COPY || !prev->is_async || prev->has_pair || !prev->has_blocked ||
@@ -772,9 +772,10 @@ error:
 }
 
 /* The kept call's EXIT, or that of the stream sync riding on it (MODE_PAIRED), without the
- * GIL: only C fields of the call this thread holds are written. The call is already in its regions' lists; nothing there reads it before the
- * region's exit, which comes after the call returned (the same thread), or while another
- * thread's region would see it unfinished (blocked_us None) either way. */
+ * GIL: only C fields of the call this thread holds are written. The call is already in its
+ * regions' lists; nothing there reads it before the region's exit, which comes after the call
+ * returned (the same thread), or while another thread's region would see it unfinished
+ * (blocked_us None) either way. */
 static void leave(ThreadState *t) {
     Call *c = t->call;
     int64_t t1 = now_ns();
