@@ -582,7 +582,8 @@ static PyObject *engine_owner(void) {
     return PyTuple_Check(regions) && PyTuple_GET_SIZE(regions) ? regions : NULL;
 }
 
-static int last_of_all(const Call *prev, PyObject *regions);
+static int same_context(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
+                        int phase, PyObject *thread);
 
 /* Whether the stream sync about to be kept completes ``prev``, this thread's last kept call, as
  * combine would pair the two at the region's exit: prev an async host<->device copy, done, not
@@ -599,14 +600,18 @@ static int pair_with(const Call *prev, PyObject *regions, PyObject *site, PyObje
         (prev->dir != DIR_H2D && prev->dir != DIR_D2H))
         return 0;
     if (prev->has_stream && prev->stream && has_stream && stream && prev->stream != stream) return 0;
-    return prev->site == site && prev->thread == thread && prev->allows == allows &&
-           prev->phase == phase && last_of_all(prev, regions);
+    return same_context(prev, regions, site, allows, phase, thread);
 }
 
-/* Whether ``prev`` is the last observation of every region of ``regions``, the regions it was
- * handed to (nothing came between it and the call now beginning there). */
-static int last_of_all(const Call *prev, PyObject *regions) {
-    if (regions != last_regions || !last_lists) return 0;
+/* What pair_with and fold_into both ask of ``prev``: made from the same Site object (the same
+ * stack) on the same thread under the same allows and phase, and the last observation of every
+ * region of ``regions``, the regions it was handed to (nothing came between it and the call now
+ * beginning there). */
+static int same_context(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
+                        int phase, PyObject *thread) {
+    if (prev->site != site || prev->thread != thread || prev->allows != allows ||
+        prev->phase != phase || regions != last_regions || !last_lists)
+        return 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(last_lists); i++) {
         PyObject *list = PyTuple_GET_ITEM(last_lists, i);
         Py_ssize_t n = PyList_GET_SIZE(list);
@@ -636,8 +641,7 @@ static int fold_into(const Call *prev, const Entry *e, PyObject *regions, PyObje
         prev->nbytes != nbytes || prev->src != src || prev->dst != dst ||
         prev->has_src != (src != 0) || prev->has_dst != (dst != 0))
         return 0;
-    return prev->site == site && prev->thread == thread && prev->allows == allows &&
-           prev->phase == phase && last_of_all(prev, regions);
+    return same_context(prev, regions, site, allows, phase, thread);
 }
 
 /* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
@@ -1368,16 +1372,24 @@ out:
     return rc;
 }
 
-/* The blocking copy of a copy and the stream sync riding on it (pair_with): the event combine
- * makes of the two, the sync's api named, both durations summed in tenths of a microsecond */
-static int add_pair(Combine *m, const Call *c, PyObject *kind) {
-    double b = (double)(llround((c->has_pair_blocked ? c->pair_blocked : 0) * 10) +
-                        llround((c->has_blocked ? c->blocked : 0) * 10)) / 10;
-    PyObject *blocked = PyFloat_FromDouble(b);
+/* The blocking copy of an async copy and the stream sync that completed it, as the event of
+ * ``c`` named ``api`` (NULL: c's own): both durations (us, 0 when unknown) summed in tenths of a
+ * microsecond, as integers, as combine does */
+static int add_blocking(Combine *m, const Call *c, int dir, double sync_us, double copy_us,
+                        PyObject *api) {
+    PyObject *blocked = PyFloat_FromDouble(
+        (double)(llround(sync_us * 10) + llround(copy_us * 10)) / 10);
     if (!blocked) return -1;
-    int rc = add_event(m, c, kind, blocked, PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair));
+    int rc = add_event(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H], blocked, api);
     Py_DECREF(blocked);
     return rc;
+}
+
+/* A copy and the stream sync riding on it (pair_with): the sync's api named */
+static int add_pair(Combine *m, const Call *c, int dir) {
+    return add_blocking(m, c, dir, c->has_pair_blocked ? c->pair_blocked : 0,
+                        c->has_blocked ? c->blocked : 0,
+                        PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair));
 }
 
 static int host_memory(Combine *m, const Call *c, int dir);
@@ -1473,8 +1485,7 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 return -1;
             if (dir == DIR_H2D || dir == DIR_D2H) {
                 if (c->is_async && c->has_pair) { /* the stream sync that completed it rides on it */
-                    if (add_pair(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H]) < 0)
-                        return -1;
+                    if (add_pair(m, c, dir) < 0) return -1;
                 } else if (c->is_async) { pending = c; pending_dir = dir; }
                 else if (add_event(m, c, m->kinds[dir == DIR_H2D ? K_COPY_H2D : K_COPY_D2H], NULL, NULL) < 0)
                     return -1;
@@ -1499,15 +1510,9 @@ static int combine_loop(Combine *m, PyObject *obs) {
             if (pair) pair = same(p->thread, c->thread);
             if (pair < 0) return -1;
             if (pair) {
-                /* both in tenths of a microsecond, summed as integers, as combine does */
-                double b = (double)(llround((c->has_blocked ? c->blocked : 0) * 10) +
-                                    llround((p->has_blocked ? p->blocked : 0) * 10)) / 10;
-                PyObject *blocked = PyFloat_FromDouble(b);
-                int rc = blocked ? add_event(m, c, m->kinds[pending_dir == DIR_H2D ? K_COPY_H2D
-                                                                                 : K_COPY_D2H],
-                                             blocked, NULL) : -1;
-                Py_XDECREF(blocked);
-                if (rc < 0) return -1;
+                if (add_blocking(m, c, pending_dir, c->has_blocked ? c->blocked : 0,
+                                 p->has_blocked ? p->blocked : 0, NULL) < 0)
+                    return -1;
                 continue;
             }
             if (unpaired(m, p, pending_dir) < 0) return -1;

@@ -469,7 +469,8 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
     A copy and the stream sync that follows it from the same line on the same stream are one
     blocking copy (the C callback joins the two already where the sync comes from the same stack:
     the copy's Call then carries the sync, ``paired_api``; and it folds a run of like copies into
-    one Call, ``folded_blocked_us``, each judged here as the copy it was); an async copy with nothing after it waits only if its host memory is pageable
+    one Call, ``folded_blocked_us``, each judged here as the copy it was); an async copy with
+    nothing after it waits only if its host memory is pageable
     (CUDA stages pageable memory synchronously); device-to-device copies never make the host wait.
     ``memory`` (:mod:`.hostmem`'s ``ByPointer`` or ``ByCorrelation``) says a copy's host memory,
     and the direction of a copy whose call does not.
@@ -496,6 +497,14 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
                 events.append((_event(c, c.api, PAGEABLE_COPY, blocked=blocked), c.allows, None))
         return (host is None) * (1 if folded is None else len(folded))
 
+    def blocking(o, api, direction, sync_us, copy_us) -> None:
+        """The blocking copy of an async copy and the stream sync that completed it, as the
+        event of ``o`` named ``api``: both durations in tenths of a microsecond, summed as
+        integers (round(x, 1) cost ~0.4 us)."""
+        kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
+        blocked = (round((sync_us or 0) * 10) + round((copy_us or 0) * 10)) / 10
+        events.append((_event(o, api, kind, blocked=blocked), o.allows, None))
+
     for o in obs:
         if o.source != "cuda":
             continue
@@ -514,11 +523,8 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
                     unknown += unpaired(o, direction, folded)
                 paired = getattr(o, "paired_api", None)  # the C callback's Call only
                 if o.is_async and paired is not None:
-                    # the stream sync that completed it rides on it (_cuptifast's pair_with): the
-                    # pair's blocking copy, as below for a copy and the sync after it
-                    kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
-                    blocked = (round((o.paired_blocked_us or 0) * 10) + round((o.blocked_us or 0) * 10)) / 10
-                    events.append((_event(o, paired, kind, blocked=blocked), o.allows, None))
+                    # the stream sync that completed it rides on it (_cuptifast's pair_with)
+                    blocking(o, paired, direction, o.paired_blocked_us, o.blocked_us)
                 elif o.is_async:
                     pending, pending_dir = o, direction
                 else:
@@ -531,10 +537,7 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
                     c.site is o.site or (c.site.filename == o.site.filename
                                          and c.site.lineno == o.site.lineno)) and (
                     c.thread == o.thread):
-                kind = BLOCKING_COPY_H2D if pending_dir == "h2d" else BLOCKING_COPY_D2H
-                # both in tenths of a microsecond: summed as integers (round(x, 1) cost ~0.4 us)
-                blocked = (round((o.blocked_us or 0) * 10) + round((c.blocked_us or 0) * 10)) / 10
-                events.append((_event(o, o.api, kind, blocked=blocked), o.allows, None))
+                blocking(o, o.api, pending_dir, o.blocked_us, c.blocked_us)
                 continue
             unknown += unpaired(c, pending_dir)
         if o.kind == IMPLICIT_FREE and events:
