@@ -294,13 +294,16 @@ def _region_enter_exit() -> float:
         return min(timeit.repeat(region, number=500, repeat=9)) / 500 * 1e6
 
 
-def _region_cold(rounds: int = 121) -> tuple[float, float]:
+def _region_cold(rounds: int = 121, pairs: bool = False) -> tuple[float, float]:
     """µs to enter and to leave an ``audit(("cuda",))`` region with caches cold, as on the H200's
     host after 100 merges (its overhead benchmark measured a region's entry and exit ~10x its
     warm figure): before entering, and again before leaving, a 32 MB tensor is rewritten and
     20,000 strings are made. Inside, the C callback gets 100 async H2D copies from one pinned
     block and a device sync, as 100 sync-free merges make them; a fake libcudart says pinned.
-    Over :func:`_stand_in_hub`. Medians over ``rounds``, the first 10 left out."""
+    ``pairs``: each copy from pageable memory and followed by a stream sync, as torch 2.8's 100
+    merges make them (100 events at exit; the last region's report, freed as the next one is
+    entered, held as many). Over :func:`_stand_in_hub`. Medians over ``rounds``, the first 10
+    left out."""
     import statistics
 
     import syncguard
@@ -312,13 +315,17 @@ def _region_cold(rounds: int = 121) -> tuple[float, float]:
         return [str(i) for i in range(20000)]
 
     enter, leave = [], []
-    with _stand_in_hub() as hub, _fake_cudart(1):
+    with _stand_in_hub() as hub, _fake_cudart(0 if pairs else 1):
         if hub.fast is None:
             return float("nan"), float("nan")
         ids = {api: key for key, (api, *_) in hub.table.items()}
         copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
-        calls = [(ids["cudaMemcpyAsync"], _data(site, 1, copy))
-                 for site in (C.API_ENTER, C.API_EXIT)] * 100
+        one = [(ids["cudaMemcpyAsync"], _data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
+        if pairs:
+            sync = C.StreamParams(stream=0)
+            one += [(ids["cudaStreamSynchronize"], _data(site, 2, sync))
+                    for site in (C.API_ENTER, C.API_EXIT)]
+        calls = one * 100
         calls += [(ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
                   for site in (C.API_ENTER, C.API_EXIT)]
         fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in calls]
@@ -334,7 +341,8 @@ def _region_cold(rounds: int = 121) -> tuple[float, float]:
             t2 = time.perf_counter()
             region.__exit__(None, None, None)
             t3 = time.perf_counter()
-            assert [e.kind for e in report.syncs] == ["device_sync"], report.syncs
+            assert [e.kind for e in report.syncs] == (
+                ["blocking_copy_h2d"] * 100 if pairs else []) + ["device_sync"], report.syncs
             if i >= 10:
                 enter.append((t1 - t0) * 1e6)
                 leave.append((t3 - t2) * 1e6)
@@ -406,6 +414,13 @@ def run(depth: int, between=None) -> list[tuple[str, float]]:
                      "(per region; the C callback, a C stand-in for libcupti)", cold_enter))
         rows.append(("piece: a region with 100 pinned copies and a sync, caches cold: leaving "
                      "(per region; the C callback, a C stand-in for libcupti)", cold_exit))
+        cold_enter, cold_exit = _region_cold(pairs=True)
+        rows.append(("piece: a region with 100 pageable copies, each with its stream sync, caches "
+                     "cold: entering (per region, the last one's 100 events freed in it; the C "
+                     "callback, a C stand-in for libcupti)", cold_enter))
+        rows.append(("piece: a region with 100 pageable copies, each with its stream sync, caches "
+                     "cold: leaving (per region, its 100 events made; the C callback, a C "
+                     "stand-in for libcupti)", cold_exit))
         rows.append(("piece: threading.current_thread().name",
                      measure(lambda: threading.current_thread().name, 1, _noop)))
     finally:

@@ -111,7 +111,8 @@ class Region:
         # (detectors/predicted.py); no race detection there (it needs CUDA's sanitizer). Inside
         # an open predicting() block (pytest --syncguard-predict) every region predicts: the
         # tensors there are stand-ins that no GPU detector could see.
-        predict = predict or _inside_prediction()
+        # (sys.modules first: the module is never imported where nothing predicts)
+        predict = predict or ("syncguard.predict" in sys.modules and _inside_prediction())
         # (predicting, the detectors asked for are not parsed: none of them runs)
         parsed, self.fail_on_phases = _parsed(DETECTORS if predict else detectors, fail_on_phases)
         self.detectors = ("predict",) if predict else parsed
@@ -137,10 +138,12 @@ class Region:
         if is_tracing():
             self._traced = True  # inside a compiled graph: no syncs to see, nothing to arm
             return self.report
-        reason = self._cuda_unavailable()
-        if reason:
-            self.report.cuda_available, self.report.reason = False, reason
-            return self.report
+        torch = sys.modules.get("torch")  # set up already: the usual case, no call made for it
+        if torch is None or not torch.cuda.is_initialized():
+            reason = self._cuda_unavailable()
+            if reason:
+                self.report.cuda_available, self.report.reason = False, reason
+                return self.report
         self._threads_at_entry = threading.active_count()
         try:
             self._arm()

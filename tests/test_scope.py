@@ -469,7 +469,8 @@ def test_an_event_built_at_a_site_is_the_same_event(fields):
                         fields["host_blocked_us"], fields["detectors"], fields["phase"],
                         fields.get("note"))
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
-    assert fast.to_dict() == slow.to_dict() and list(vars(fast)) == list(vars(slow))
+    assert fast.to_dict() == slow.to_dict() and dataclasses.astuple(fast) == dataclasses.astuple(slow)
+    assert not hasattr(fast, "__dict__") and not hasattr(slow, "__dict__")  # slots alone
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.kind = "x"
 

@@ -23,6 +23,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
@@ -1284,10 +1285,71 @@ static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
 
 /* ---- combine: a region's calls into events, in C ----------------------------------------------
  *
- * detectors.cuda.combine's loop, for a region whose cuda observations are all this module's
+ * A SyncEvent is a frozen dataclass with __slots__: an event is its object and one pointer per
+ * field, written here at the offsets its member descriptors name (read once per event type:
+ * Layout). A __dict__ per event (14 keys) was four times the memory to fill at exit and to free
+ * at the next region's entry, with caches cold. */
+#define EVENT_FIELDS 32
+typedef struct {
+    PyObject *type;                    /* the event type the offsets are of (owned) */
+    Py_ssize_t n, off[EVENT_FIELDS];   /* fields in the defaults' order, and each one's offset */
+    int api, kind, filename, lineno, function, stack, thread, blocked, detectors, phase;
+} Layout;
+static Layout layout;
+
+static int field_index(PyObject *names, const char *name) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(names); i++)
+        if (PyUnicode_CompareWithASCIIString(PyList_GET_ITEM(names, i), name) == 0) return (int)i;
+    PyErr_Format(PyExc_TypeError, "the event type has no field %s", name);
+    return -1;
+}
+
+/* The layout of ``type`` (a class with __slots__), its fields those of ``defaults`` in order */
+static const Layout *event_layout(PyObject *type, PyObject *defaults) {
+    if (layout.type == type && layout.n == PyDict_GET_SIZE(defaults)) return &layout;
+    Layout l = {0};
+    PyObject *names = PyDict_Keys(defaults);
+    if (!names) return NULL;
+    l.n = PyList_GET_SIZE(names);
+    if (l.n > EVENT_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "more than %d event fields", EVENT_FIELDS);
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < l.n; i++) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)type)->tp_dict, PyList_GET_ITEM(names, i));
+        if (!d || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%R: field %R is not an object slot", type,
+                             PyList_GET_ITEM(names, i));
+            goto fail;
+        }
+        l.off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    if ((l.api = field_index(names, "api")) < 0 || (l.kind = field_index(names, "kind")) < 0 ||
+        (l.filename = field_index(names, "filename")) < 0 ||
+        (l.lineno = field_index(names, "lineno")) < 0 ||
+        (l.function = field_index(names, "function")) < 0 ||
+        (l.stack = field_index(names, "stack")) < 0 || (l.thread = field_index(names, "thread")) < 0 ||
+        (l.blocked = field_index(names, "host_blocked_us")) < 0 ||
+        (l.detectors = field_index(names, "detectors")) < 0 || (l.phase = field_index(names, "phase")) < 0)
+        goto fail;
+    Py_DECREF(names);
+    l.type = Py_NewRef(type);
+    Py_XSETREF(layout.type, NULL);
+    layout = l;
+    return &layout;
+fail:
+    Py_DECREF(names);
+    return NULL;
+}
+
+#define SLOT(ev, L, i) (*(PyObject **)((char *)(ev) + (L)->off[(i)]))
+
+/* detectors.cuda.combine's loop, for a region whose cuda observations are all this module's
  * Calls (any other callback's, or an observation claiming source "cuda" that is neither, and it
  * answers NotImplemented: the Python loop decides). Same rules, read from the Calls' C fields; the
- * events are SyncEvents built as SyncEvent.at builds them (its __dict__ filled from the fields'
+ * events are SyncEvents built as SyncEvent.at builds them (its slots filled from the fields'
  * defaults, then the event's own values), without a Python frame per event. On the H200's host
  * 2.8.0's 100 merges (each a pageable copy and a stream sync) left 100 events to build at exit:
  * ~2.5 us each in Python (reports/gpu/2.8.0/overhead-2.8.0.json). host_kind(call, direction) and
@@ -1300,19 +1362,25 @@ typedef struct {
     Pointers *ptrs;    /* by_pointer's: host memory asked here, not of host_kind and direction */
     const char *skip;  /* by_pointer's: observations passed over (pinned_copies) */
     long unknown, undirected;
-    /* the last event's __dict__ but its host_blocked_us (owned), and what it was made from: a
-     * loop's events differ in that field alone (2.8.0's 100 merges, 100 events from one line) */
-    PyObject *tpl;
+    /* the last event's field values (owned; NULL: none yet), and what they were made from: a
+     * loop's events differ in host_blocked_us alone (2.8.0's 100 merges, 100 events from one
+     * line) */
+    PyObject *tpl[EVENT_FIELDS];
+    int has_tpl;
     const void *tpl_site, *tpl_api, *tpl_kind, *tpl_thread;
     int tpl_phase;
 } Combine;
 enum { K_COPY_H2D, K_COPY_D2H, K_PAGEABLE, K_STREAM_SYNC, K_FREE };
-static PyObject *s_api, *s_kind, *s_filename, *s_lineno, *s_function, *s_stack, *s_thread,
-                *s_host_blocked_us, *s_detectors, *s_phase_key, *s_source, *s_pinned, *s_pageable;
+static PyObject *s_filename, *s_lineno, *s_function, *s_stack, *s_source, *s_pinned, *s_pageable;
 
 static void combine_clear(Combine *m) {
     Py_CLEAR(m->site); Py_CLEAR(m->filename); Py_CLEAR(m->lineno); Py_CLEAR(m->function);
     Py_CLEAR(m->stack);
+}
+
+static void tpl_clear(Combine *m) {
+    for (int i = 0; i < EVENT_FIELDS; i++) Py_CLEAR(m->tpl[i]);
+    m->has_tpl = 0;
 }
 
 static int read_site(Combine *m, PyObject *site) {
@@ -1330,45 +1398,48 @@ static int read_site(Combine *m, PyObject *site) {
 static int same(PyObject *a, PyObject *b) { return a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ); }
 
 /* (SyncEvent.at(c.site, api, kind, c.thread, blocked, detectors, c.phase), c.allows, None)
- * appended to the events; blocked NULL: the call's own. The event's __dict__ is filled from a
+ * appended to the events; blocked NULL: the call's own. The event's slots are filled from a
  * template (the fields' defaults, then the event's values but host_blocked_us), made again only
- * when site, api, kind, thread or phase differ from the last event's: one dict update and one
- * item per event instead of ten items. The pointers compared are the observations' own objects,
- * alive until the loop ends. */
+ * when site, api, kind, thread or phase differ from the last event's. The pointers compared are
+ * the observations' own objects, alive until the loop ends. */
 static int add_event(Combine *m, const Call *c, PyObject *kind, PyObject *blocked, PyObject *api) {
     if (!api) api = call_name(c, F_API);
-    if (!m->tpl || m->tpl_site != c->site || m->tpl_api != api || m->tpl_kind != kind ||
+    const Layout *L = event_layout(m->type, m->defaults);
+    if (!L) return -1;
+    if (!m->has_tpl || m->tpl_site != c->site || m->tpl_api != api || m->tpl_kind != kind ||
         m->tpl_thread != c->thread || m->tpl_phase != c->phase) {
-        Py_CLEAR(m->tpl);
+        tpl_clear(m);
         if (read_site(m, c->site) < 0) return -1;
-        PyObject *t = PyDict_Copy(m->defaults);
-        if (!t) return -1;
-        if (PyDict_SetItem(t, s_api, api) < 0 || PyDict_SetItem(t, s_kind, kind) < 0 ||
-            PyDict_SetItem(t, s_filename, m->filename) < 0 || PyDict_SetItem(t, s_lineno, m->lineno) < 0 ||
-            PyDict_SetItem(t, s_function, m->function) < 0 || PyDict_SetItem(t, s_stack, m->stack) < 0 ||
-            PyDict_SetItem(t, s_thread, c->thread) < 0 ||
-            PyDict_SetItem(t, s_detectors, m->detectors) < 0 ||
-            PyDict_SetItem(t, s_phase_key, s_phase[c->phase]) < 0) {
-            Py_DECREF(t);
-            return -1;
-        }
-        m->tpl = t;
+        Py_ssize_t pos = 0, i = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(m->defaults, &pos, &key, &value) && i < L->n) m->tpl[i++] = Py_NewRef(value);
+        Py_SETREF(m->tpl[L->api], Py_NewRef(api));
+        Py_SETREF(m->tpl[L->kind], Py_NewRef(kind));
+        Py_SETREF(m->tpl[L->filename], Py_NewRef(m->filename));
+        Py_SETREF(m->tpl[L->lineno], Py_NewRef(m->lineno));
+        Py_SETREF(m->tpl[L->function], Py_NewRef(m->function));
+        Py_SETREF(m->tpl[L->stack], Py_NewRef(m->stack));
+        Py_SETREF(m->tpl[L->thread], Py_NewRef(c->thread));
+        Py_SETREF(m->tpl[L->detectors], Py_NewRef(m->detectors));
+        Py_SETREF(m->tpl[L->phase], Py_NewRef(s_phase[c->phase]));
+        m->has_tpl = 1;
         m->tpl_site = c->site; m->tpl_api = api; m->tpl_kind = kind; m->tpl_thread = c->thread;
         m->tpl_phase = c->phase;
     }
-    PyObject *ev = ((PyTypeObject *)m->type)->tp_new((PyTypeObject *)m->type, s_empty, NULL);
-    if (!ev) return -1;
-    PyObject *d = PyObject_GenericGetDict(ev, NULL), *own = NULL;
-    int rc = -1;
-    if (!d || PyDict_Update(d, m->tpl) < 0) goto out;
+    PyObject *own = NULL;
     if (!blocked) blocked = own = c->has_blocked ? PyFloat_FromDouble(c->blocked) : Py_NewRef(Py_None);
-    if (!blocked || PyDict_SetItem(d, s_host_blocked_us, blocked) < 0) goto out;
+    if (!blocked) return -1;
+    PyTypeObject *type = (PyTypeObject *)m->type;
+    PyObject *ev = type->tp_alloc(type, 0); /* every slot NULL: filled before anyone sees it */
+    if (!ev) { Py_XDECREF(own); return -1; }
+    for (Py_ssize_t i = 0; i < L->n; i++)
+        SLOT(ev, L, i) = Py_NewRef(i == L->blocked ? blocked : m->tpl[i]);
+    Py_XDECREF(own);
     PyObject *item = PyTuple_Pack(3, ev, c->allows, Py_None);
-    if (!item) goto out;
-    rc = PyList_Append(m->events, item);
+    Py_DECREF(ev);
+    if (!item) return -1;
+    int rc = PyList_Append(m->events, item);
     Py_DECREF(item);
-out:
-    Py_XDECREF(own); Py_XDECREF(d); Py_DECREF(ev);
     return rc;
 }
 
@@ -1521,24 +1592,21 @@ static int combine_loop(Combine *m, PyObject *obs) {
         Py_ssize_t ne = PyList_GET_SIZE(m->events);
         if (ne && is_kind(c, m->kinds[K_FREE])) { /* one empty_cache() frees several segments */
             PyObject *prev = PyList_GET_ITEM(m->events, ne - 1), *ev = PyTuple_GET_ITEM(prev, 0);
-            PyObject *d = PyObject_GenericGetDict(ev, NULL);
-            if (!d) return -1;
-            PyObject *pk = PyDict_GetItemWithError(d, s_kind), *pf = PyDict_GetItemWithError(d, s_filename),
-                     *pl = PyDict_GetItemWithError(d, s_lineno), *pb = PyDict_GetItemWithError(d, s_host_blocked_us);
-            int merge = pk && pf && pl && same(pk, m->kinds[K_FREE]) == 1 && read_site(m, c->site) == 0 &&
+            const Layout *L = event_layout(m->type, m->defaults); /* made: an event exists */
+            if (!L) return -1;
+            PyObject *pk = SLOT(ev, L, L->kind), *pf = SLOT(ev, L, L->filename),
+                     *pl = SLOT(ev, L, L->lineno), *pb = SLOT(ev, L, L->blocked);
+            int merge = same(pk, m->kinds[K_FREE]) == 1 && read_site(m, c->site) == 0 &&
                         same(pf, m->filename) == 1 && same(pl, m->lineno) == 1 &&
                         same(PyTuple_GET_ITEM(prev, 1), c->allows) == 1;
             if (merge) { /* nobody holds the event but this list: updated in place */
-                double total = (pb && pb != Py_None ? PyFloat_AsDouble(pb) : 0) +
+                double total = (pb != Py_None ? PyFloat_AsDouble(pb) : 0) +
                                (c->has_blocked ? c->blocked : 0);
                 PyObject *v = PyFloat_FromDouble((double)llround(total * 10) / 10);
-                int rc = v ? PyDict_SetItem(d, s_host_blocked_us, v) : -1;
-                Py_XDECREF(v);
-                Py_DECREF(d);
-                if (rc < 0) return -1;
+                if (!v) return -1;
+                Py_SETREF(SLOT(ev, L, L->blocked), v);
                 continue;
             }
-            Py_DECREF(d);
             if (PyErr_Occurred()) return -1;
         }
         if (add_event(m, c, kind, NULL, NULL) < 0) return -1;
@@ -1569,7 +1637,7 @@ static PyObject *combine_run(Combine *m, Pointers *p, PyObject *obs, PyObject *k
         rc = m->events ? combine_loop(m, own) : -1;
     }
     combine_clear(m);
-    Py_CLEAR(m->tpl);
+    tpl_clear(m);
     PyMem_Free(skip);
     Py_XDECREF(own);
     if (rc != 0) {
@@ -1713,14 +1781,10 @@ PyMODINIT_FUNC PyInit__cuptifast(void) {
     s_nothread = PyUnicode_InternFromString("");
     s_dict = PyUnicode_InternFromString("__dict__");
     s_compile_context = PyUnicode_InternFromString("compile_context");
-    s_api = PyUnicode_InternFromString("api"); s_kind = PyUnicode_InternFromString("kind");
     s_filename = PyUnicode_InternFromString("filename");
     s_lineno = PyUnicode_InternFromString("lineno");
     s_function = PyUnicode_InternFromString("function");
-    s_stack = PyUnicode_InternFromString("stack"); s_thread = PyUnicode_InternFromString("thread");
-    s_host_blocked_us = PyUnicode_InternFromString("host_blocked_us");
-    s_detectors = PyUnicode_InternFromString("detectors");
-    s_phase_key = PyUnicode_InternFromString("phase");
+    s_stack = PyUnicode_InternFromString("stack");
     s_source = PyUnicode_InternFromString("source");
     s_pinned = PyUnicode_InternFromString("pinned");
     s_pageable = PyUnicode_InternFromString("pageable");

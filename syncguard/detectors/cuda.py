@@ -80,7 +80,7 @@ class CuptiCalls:
 
     def _on(self, fresh: bool) -> int:
         """Subscribe (``fresh``) and switch every id on; CUPTI's result code."""
-        c = self._c_entry()
+        c = self._c_addr if self._c_addr is not None and self.fast is not None else self._c_entry()
         if c is not None:  # one call into C, which also makes every thread's call state stale
             code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
             if code == C.SUCCESS:
@@ -114,7 +114,7 @@ class CuptiCalls:
     def _off(self, unsubscribe: bool, switch: bool = True) -> None:
         """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
         in that order, since unsubscribing with callbacks on crashed a syncing thread."""
-        c = self._c_entry()
+        c = self._c_addr if self._c_addr is not None and self.fast is not None else self._c_entry()
         if c is not None and switch:
             self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
         else:
@@ -155,6 +155,7 @@ class CuptiHub(CallPath, CuptiCalls):
         self.fast = None
         self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
         self._c_addr = None  # see CuptiCalls._c_entry
+        self._ready = False  # unavailable() said None once: acquire need not ask again
         self._profiler_wrappers: dict = {}  # torch's profiler start -> its wrapper, built once
         self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
@@ -178,6 +179,7 @@ class CuptiHub(CallPath, CuptiCalls):
             return str(e)
         if not self.table:
             return f"{self.lib.path}: no sync or copy callback id resolved"
+        self._ready = True
         return None
 
     def _load(self) -> None:
@@ -200,7 +202,8 @@ class CuptiHub(CallPath, CuptiCalls):
     # region to end with no other thread alive, or a profiler starting (:meth:`hand_over`).
     def acquire(self, region) -> None:
         with self.lock:
-            why = self.unavailable()
+            # once available, always: torch stays imported, the library and its table stay loaded
+            why = None if self._ready else self.unavailable()
             if why:
                 raise DetectorUnavailable(why)
             if self.yielded:

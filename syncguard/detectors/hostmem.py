@@ -23,6 +23,7 @@ records) or :class:`ByPointer` (what :func:`pointer_kinds` asked).
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 from . import cupti as C
@@ -236,9 +237,18 @@ def _runtime():
 
 def pointer_functions() -> tuple[int, int] | None:
     """cudaPointerGetAttributes' and cudaGetLastError's addresses for ``_cuptifast.by_pointer``,
-    which calls this once, at a region's first question; None: nothing may be asked now."""
-    lib = _runtime()
-    return None if lib is None else _addresses(lib)
+    which calls this once, at a region's first question; None: nothing may be asked now.
+    :func:`_runtime` and :func:`_addresses` in one frame: it runs at region exit with caches cold,
+    where each Python call costs a few microseconds."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or torch.cuda.is_current_stream_capturing():
+            return None
+        lib = _load_cudart()
+    except Exception:
+        return None
+    hit = _ADDRESSES.get(id(lib))
+    return hit[1] if hit is not None and hit[0] is lib else _addresses(lib)
 
 
 def pointer_kinds(fast=None) -> ByPointer:
