@@ -353,10 +353,6 @@ def _noop(*args):
     return None
 
 
-def _noop(*args):
-    return None
-
-
 def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
     """µs per callback, less the same firing loop with a Python no-op callback."""
     fn(), baseline()

@@ -94,6 +94,7 @@ def timed(work, cm, st):
     return time.perf_counter() - t0
 
 
+DEFAULT = "audit(cuda) pointer"  # the default detector's row: the one the target is about
 EXIT_MS: dict = collections.defaultdict(list)  # configuration -> ms spent leaving the region
 ENTER_MS: dict = collections.defaultdict(list)  # configuration -> ms spent entering it
 
@@ -307,10 +308,11 @@ def cprofile_merges(st, out: str) -> None:
     print(buf.getvalue()[:4000])
 
 
-def after_each(times: dict, orders: list, name: str) -> dict:
+def after_each(times: dict, orders: list, name: str, scale: float = 1e3) -> dict:
     """``name``'s median ms grouped by the configuration that ran just before it in its round (the
     first of a round is left out): what one configuration leaves behind for the next shows here.
-    ``times``: configuration -> seconds per round (both phases); ``orders``: each round's order."""
+    ``times``: configuration -> seconds per round (both phases), or any per-round value with
+    ``scale=1`` (a ratio); ``orders``: each round's order."""
     by: dict = collections.defaultdict(list)
     runs = iter(times[name])  # one per round that ran `name`, in order
     for order in orders:
@@ -318,7 +320,7 @@ def after_each(times: dict, orders: list, name: str) -> dict:
             t, i = next(runs), order.index(name)
             if i:
                 by[order[i - 1]].append(t)
-    return {k: round(statistics.median(v) * 1e3, 3) for k, v in sorted(by.items())}
+    return {k: round(statistics.median(v) * scale, 3) for k, v in sorted(by.items())}
 
 
 def main():
@@ -343,7 +345,7 @@ def main():
         "cupti: subscribed, no id enabled": cupti_raw("c", "none"),
         "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
         "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
-        "audit(cuda) pointer": cuda_with("pointer", "audit(cuda) pointer"),
+        DEFAULT: cuda_with("pointer", DEFAULT),
         "audit(cuda) pointer, Python callback": cuda_with("pointer", "audit(cuda) pointer, Python callback",
                                                           "python"),
         "audit(cuda) activity": cuda_with("activity", "audit(cuda) activity"),
@@ -430,6 +432,14 @@ def main():
            "order": "Williams design (bench/design.py): positions and predecessors balanced per cycle",
            "results": table,
            "bare_after_ms": {w: after_each(results[w], orders[w], "bare") for w in results},
+           # the default's per-round ratio by the configuration just before it: which neighbours
+           # leave it slower (reports/gpu/<v>/ at d7f02b4: 1.03 after raw CUPTI, 1.10 after
+           # the activity mode on 100 merges)
+           "default_ratio_after": {w: after_each(
+               {DEFAULT: [x / b for x, b in zip(results[w][DEFAULT], results[w]["bare"])]},
+               orders[w], DEFAULT, scale=1) for w in results if DEFAULT in results[w]},
+           "rounds_enter_exit_ms": {w: {k: [[round(x, 4) for x in e], [round(x, 4) for x in l]]
+                                        for k, (e, l) in t.items()} for w, t in exits.items()},
            "calls_per_workload_call": calls,
            "rounds_ms": {w: {k: [round(x * 1e3, 4) for x in v] for k, v in t.items()}
                          for w, t in results.items()},
@@ -457,6 +467,9 @@ def main():
         md += ["", "The bare loop's median ms by the configuration just before it in the round "
                "(carry-over; a round's first run is left out): " + "; ".join(
                    f"{k} {v}" for k, v in doc["bare_after_ms"][wname].items())]
+        if wname in doc["default_ratio_after"]:
+            md += ["", f"`{DEFAULT}`'s × bare per round, median by the configuration just before "
+                   "it: " + "; ".join(f"{k} {v}" for k, v in doc["default_ratio_after"][wname].items())]
         c = calls[wname]
         md += ["", "CUDA APIs one call made (whole runtime+driver domains, untimed): "
                + (", ".join(f"{k} ×{n}" for k, n in c["apis"].items()) or "none"),

@@ -50,3 +50,11 @@ def test_bare_grouped_by_what_ran_just_before_it():
     times = {"bare": [0.001, 0.002, 0.004, 0.006]}  # seconds, one per round that ran bare
     assert after_each(times, orders, "bare") == {"x": 4.0, "y": 4.0}
     assert after_each({"bare": [0.001, 0.003]}, [["x", "bare"], ["x", "bare"]], "bare") == {"x": 2.0}
+
+
+def test_a_per_round_ratio_grouped_by_what_ran_just_before_it_is_not_scaled():
+    from bench.bench_overhead import after_each
+
+    orders = [["d", "x"], ["x", "d"], ["y", "d"], ["x", "d"]]
+    ratios = {"d": [9.0, 1.02, 1.08, 1.04]}  # the first round's d ran first: left out
+    assert after_each(ratios, orders, "d", scale=1) == {"x": 1.03, "y": 1.08}
