@@ -432,9 +432,9 @@ def main():
            "order": "Williams design (bench/design.py): positions and predecessors balanced per cycle",
            "results": table,
            "bare_after_ms": {w: after_each(results[w], orders[w], "bare") for w in results},
-           # the default's per-round ratio by the configuration just before it: which neighbours
-           # leave it slower (reports/gpu/<v>/ at d7f02b4: 1.03 after raw CUPTI, 1.10 after
-           # the activity mode on 100 merges)
+           # the default's per-round ratio by the configuration just before it; a round is one
+           # fixed row of the design, so this also groups the predecessor of the same round's
+           # bare loop (reports/probes/cuda-detector.md, last section, splits the two)
            "default_ratio_after": {w: after_each(
                {DEFAULT: [x / b for x, b in zip(results[w][DEFAULT], results[w]["bare"])]},
                orders[w], DEFAULT, scale=1) for w in results if DEFAULT in results[w]},
