@@ -1,18 +1,32 @@
 """The benchmarks, and what their scripts and the tools that read them share."""
+import json
 import os
+
+
+def _write(out, text) -> None:
+    """``text`` to ``out`` whole or not at all (a temporary file beside it, then renamed)."""
+    tmp = f"{out}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def emit(lines, out=None) -> None:
     """Print a result table's markdown lines and, given ``out``, write them there too, whole or
-    not at all (a temporary file beside it, then renamed over it)."""
+    not at all."""
     text = "\n".join(lines) + "\n"
-    print(text)
+    print(text, flush=True)
     if out:
-        tmp = f"{out}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.remove(tmp)
+        _write(out, text)
+
+
+def emit_doc(doc, lines, folder, stem) -> None:
+    """A probe's result: the markdown ``lines`` printed and written to ``folder/stem.md``, and
+    ``doc`` to ``folder/stem.json``, each whole or not at all."""
+    os.makedirs(folder, exist_ok=True)
+    _write(os.path.join(folder, f"{stem}.json"), json.dumps(doc, indent=1))
+    emit(lines, os.path.join(folder, f"{stem}.md"))

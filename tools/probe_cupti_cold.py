@@ -23,7 +23,6 @@ Entry is timed from before the call to after it; exit the same. Medians per neig
 of neighbour and kind cycles through all six pairs, so each pair runs equally often.
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -32,6 +31,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
 
 import torch  # noqa: E402
+
+from bench import emit_doc  # noqa: E402
 
 import syncguard  # noqa: E402
 from bench.workloads import mask_merges, merge_state  # noqa: E402
@@ -145,13 +146,7 @@ def main():
           "| kind after neighbour | rounds | step | ms |", "|---|---|---|---|"]
     md += [f"| {k} | {len(got[k]['entry'])} | {step} | {ms} |" for k, v in rows.items()
            for step, ms in v.items()]
-    text = "\n".join(md) + "\n"
-    print(text, flush=True)
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"cupti-cold-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, f"cupti-cold-{ver}.md"), "w") as f:
-        f.write(text)
+    emit_doc(doc, md, a.out, f"cupti-cold-{ver}")
 
 
 if __name__ == "__main__":

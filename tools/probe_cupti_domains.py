@@ -19,7 +19,6 @@ round, printed and written to DIR/cupti-domains-<torch>.{json,md}.
 import argparse
 import contextlib
 import ctypes
-import json
 import os
 import statistics
 import sys
@@ -28,6 +27,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
 
 import torch  # noqa: E402
+
+from bench import emit_doc  # noqa: E402
 
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, tiny_kernels  # noqa: E402
@@ -110,13 +111,7 @@ def main():
           "| workload | subscribed on | ids | median ms | × bare |", "|---|---|---|---|---|"]
     md += [f"| {w} | {k} | {v['ids']} | {v['median_ms']} | {v['ratio']} |"
            for w, r in rows.items() for k, v in r.items()]
-    text = "\n".join(md) + "\n"
-    print(text, flush=True)
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"cupti-domains-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, f"cupti-domains-{ver}.md"), "w") as f:
-        f.write(text)
+    emit_doc(doc, md, a.out, f"cupti-domains-{ver}")
 
 
 if __name__ == "__main__":

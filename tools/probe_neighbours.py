@@ -21,7 +21,6 @@ runs every (neighbour, timed kind) pair once, in an order shifted by one each cy
 """
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -30,6 +29,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
 
 import torch  # noqa: E402
+
+from bench import emit_doc  # noqa: E402
 
 import syncguard  # noqa: E402
 from bench import bench_overhead as B  # noqa: E402
@@ -134,13 +135,7 @@ def main():
     md += [f"| {n} | {v['bare_ms']} | {v['region_ms']} | {v['region_over_bare']} "
            f"| {v['region_loop_ms']} | {v['collections_per_bare_loop']} "
            f"| {v['collections_per_region']} |" for n, v in rows.items()]
-    text = "\n".join(md) + "\n"
-    print(text, flush=True)
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, f"neighbours-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    with open(os.path.join(a.out, f"neighbours-{ver}.md"), "w") as f:
-        f.write(text)
+    emit_doc(doc, md, a.out, f"neighbours-{ver}")
 
 
 if __name__ == "__main__":
