@@ -1,4 +1,5 @@
 """The benchmarks, and what their scripts and the tools that read them share."""
+import argparse
 import json
 import os
 
@@ -30,3 +31,18 @@ def emit_doc(doc, lines, folder, stem) -> None:
     os.makedirs(folder, exist_ok=True)
     _write(os.path.join(folder, f"{stem}.json"), json.dumps(doc, indent=1))
     emit(lines, os.path.join(folder, f"{stem}.md"))
+
+
+def gpu_probe_args(rounds: int):
+    """A GPU probe's arguments (``--rounds``, ``--out``, default $OUT), once the cuda detector is
+    known to be available here; else exit with why it is not."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args()
+    from syncguard.detectors.cuda import HUB
+
+    why = HUB.unavailable()
+    if why:
+        raise SystemExit(f"cuda detector unavailable: {why}")
+    return args

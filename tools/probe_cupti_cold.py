@@ -22,7 +22,6 @@ Entry is timed from before the call to after it; exit the same. Medians per neig
 (the first 4 rounds left out), printed and written to DIR/cupti-cold-<torch>.{json,md}. The order
 of neighbour and kind cycles through all six pairs, so each pair runs equally often.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -32,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import torch  # noqa: E402
 
-from bench import emit_doc  # noqa: E402
+from bench import emit_doc, gpu_probe_args  # noqa: E402
 
 import syncguard  # noqa: E402
 from bench.workloads import mask_merges, merge_state  # noqa: E402
@@ -111,13 +110,7 @@ def region(st):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    a = ap.parse_args()
-    why = HUB.unavailable()
-    if why:
-        raise SystemExit(f"cuda detector unavailable: {why}")
+    a = gpu_probe_args(60)
     st = merge_state()
     kinds = {"cupti": cupti_only, "split": split, "region": region}
     pairs = [(n, k) for n in ("bare", "debug,trace fallback") for k in kinds]

@@ -16,7 +16,6 @@ Workloads: 100 merges (torch >= 2.9: one async copy each; 2.8: a copy and a stre
 design; each cell is the median over rounds of the loop's time over the bare loop of the same
 round, printed and written to DIR/cupti-domains-<torch>.{json,md}.
 """
-import argparse
 import contextlib
 import ctypes
 import os
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import torch  # noqa: E402
 
-from bench import emit_doc  # noqa: E402
+from bench import emit_doc, gpu_probe_args  # noqa: E402
 
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, tiny_kernels  # noqa: E402
@@ -63,13 +62,7 @@ def bare():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=96)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    a = ap.parse_args()
-    why = HUB.unavailable()
-    if why:
-        raise SystemExit(f"cuda detector unavailable: {why}")
+    a = gpu_probe_args(96)
     st = merge_state()
     st["y"] = torch.zeros(16, device="cuda")
     workloads = {"100 merges": lambda: mask_merges(st, 100),

@@ -19,7 +19,6 @@ Medians per neighbour of: bare ms, region ms, region / bare, the region's loop a
 collections per timed loop; printed and written to DIR/neighbours-<torch>.{json,md}. Each cycle
 runs every (neighbour, timed kind) pair once, in an order shifted by one each cycle.
 """
-import argparse
 import gc
 import os
 import statistics
@@ -30,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 import torch  # noqa: E402
 
-from bench import emit_doc  # noqa: E402
+from bench import emit_doc, gpu_probe_args  # noqa: E402
 
 import syncguard  # noqa: E402
 from bench import bench_overhead as B  # noqa: E402
@@ -51,13 +50,7 @@ def loop(st):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=40)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    a = ap.parse_args()
-    why = HUB.unavailable()
-    if why:
-        raise SystemExit(f"cuda detector unavailable: {why}")
+    a = gpu_probe_args(40)
     st = merge_state()
     fallback = lambda: syncguard.audit(("debug", "trace"))  # noqa: E731
     activity = B.cuda_with("activity", "activity")
