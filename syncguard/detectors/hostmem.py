@@ -226,29 +226,20 @@ class ByPointer:
 
 def _runtime():
     """The libcudart torch loaded, or None when nothing may be asked of it now: the thread's
-    current stream captures a graph, or there is no runtime."""
+    current stream captures a graph, or there is no runtime. (torch from sys.modules: this runs
+    at region exit with caches cold, where an import statement cost ~3 us.)"""
+    torch = sys.modules.get("torch")
     try:
-        import torch
-
-        return None if torch.cuda.is_current_stream_capturing() else _load_cudart()
+        return None if torch is None or torch.cuda.is_current_stream_capturing() else _load_cudart()
     except Exception:
         return None
 
 
 def pointer_functions() -> tuple[int, int] | None:
     """cudaPointerGetAttributes' and cudaGetLastError's addresses for ``_cuptifast.by_pointer``,
-    which calls this once, at a region's first question; None: nothing may be asked now.
-    :func:`_runtime` and :func:`_addresses` in one frame: it runs at region exit with caches cold,
-    where each Python call costs a few microseconds."""
-    torch = sys.modules.get("torch")
-    try:
-        if torch is None or torch.cuda.is_current_stream_capturing():
-            return None
-        lib = _load_cudart()
-    except Exception:
-        return None
-    hit = _ADDRESSES.get(id(lib))
-    return hit[1] if hit is not None and hit[0] is lib else _addresses(lib)
+    which calls this once, at a region's first question; None: nothing may be asked now."""
+    lib = _runtime()
+    return None if lib is None else _addresses(lib)
 
 
 def pointer_kinds(fast=None) -> ByPointer:
