@@ -70,7 +70,7 @@ class CuptiCalls:
         module is configured and can call them itself, else None."""
         if self.fast is None:
             return None
-        if self._c_addr is None:
+        if self._c_addr is None:  # once: the entry points stay loaded
             lib = self.lib.lib
             fns = (lib.cuptiSubscribe, lib.cuptiEnableCallback, lib.cuptiUnsubscribe)
             if not all(isinstance(f, ctypes._CFuncPtr) for f in fns):
@@ -80,7 +80,7 @@ class CuptiCalls:
 
     def _on(self, fresh: bool) -> int:
         """Subscribe (``fresh``) and switch every id on; CUPTI's result code."""
-        c = self._c_addr if self._c_addr is not None and self.fast is not None else self._c_entry()
+        c = self._c_entry()
         if c is not None:  # one call into C, which also makes every thread's call state stale
             code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
             if code == C.SUCCESS:
@@ -114,7 +114,7 @@ class CuptiCalls:
     def _off(self, unsubscribe: bool, switch: bool = True) -> None:
         """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
         in that order, since unsubscribing with callbacks on crashed a syncing thread."""
-        c = self._c_addr if self._c_addr is not None and self.fast is not None else self._c_entry()
+        c = self._c_entry()
         if c is not None and switch:
             self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
         else:
