@@ -38,6 +38,7 @@ from syncguard import routing  # noqa: E402
 from syncguard.attribution import is_tracing  # noqa: E402
 from syncguard.detectors import cuda as cuda_mod  # noqa: E402
 from syncguard.events import Report  # noqa: E402
+from syncguard.provenance import git_state  # noqa: E402
 
 
 class Flat:
@@ -132,8 +133,10 @@ def main():
                     got[name][0].append((t1 - t0) * 1e6)
                     got[name][1].append((t3 - t2) * 1e6)
         assert not hub.subscribed and hub.users == 0 and not hub.regions
+    git = git_state(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) or {}
+    commit = (git.get("commit") or "unknown")[:7] + (" (with changes)" if git.get("dirty") else "")
     lines = [f"# A cold region's entry and exit against its essential work · python "
-             f"{sys.version.split()[0]} · torch {torch.__version__}", "",
+             f"{sys.version.split()[0]} · torch {torch.__version__} · commit {commit}", "",
              f"`tools/probe_flat_region.py --rounds {a.rounds}` (CPU, the stand-in hub); medians "
              f"over {a.rounds - 5} rounds, each variant in turn within a round, µs:", "",
              "| variant | entry | exit |", "|---|---|---|"]
