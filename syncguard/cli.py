@@ -211,5 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             return atlas_command(args)
         return matrix_command(args)
     except InputError as e:
-        print(f"syncguard: error: {e}", file=sys.stderr)
+        # one line whatever the input held: a report's own text (a node id, a malformed entry)
+        # may carry a form feed or a line separator, which str.splitlines() breaks on
+        print("syncguard: error: " + " ".join(str(e).splitlines()), file=sys.stderr)
         return 2

@@ -435,6 +435,24 @@ def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_fac
         assert "Traceback" not in err.getvalue()
 
 
+@pytest.mark.parametrize("entry", ["\f", "a\u2028b", {"nodeid": "t\x1c::x", "audit": "?"}])
+def test_an_error_naming_a_line_breaking_character_is_still_one_line(tmp_path, entry):
+    """Why: hypothesis found a report whose test entry was a form feed; the error quoted it, and
+    str.splitlines() (like a terminal or a CI log parser) made two lines of the message."""
+    good = tmp_path / "good.json"
+    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
+    raw = json.loads(good.read_text())
+    raw["tests"] = [entry]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["report", str(good), str(bad), "--allow-mixed-commits"])
+    assert code == 2
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
+
+
 def test_help_is_plain_text_and_names_every_default(capsys):
     assert cli.main(["--help"]) == 0
     top = capsys.readouterr().out
