@@ -257,7 +257,7 @@ def region_breakdown(work, st, reps: int = 21) -> dict:
     targets += [(HUB.backward, "install"), (HUB.backward, "restore"), (HUB.lib.lib, "cuptiSubscribe"),
                 (HUB.lib.lib, "cuptiUnsubscribe")]
     targets += [(cuda_mod, n) for n in ("wrap_profiler_start", "unwrap", "pointer_kinds",
-                                        "combine_by_pointer", "combine", "other_threads")]
+                                        "combine_by_pointer", "combine")]
     saved = []
     for owner, name in targets:
         had = name in vars(owner) if isinstance(owner, type) or hasattr(owner, "__dict__") else True

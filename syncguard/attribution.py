@@ -250,19 +250,32 @@ def compile_context_tls():
     return tls if "compile_context" in code.co_consts else None
 
 
+_is_compiling = None  # torch's is_compiling, once an eager call found it (see is_tracing)
+
+
 def is_tracing() -> bool:
     """``torch.compiler.is_compiling()`` on every supported torch (Dynamo constant-folds it)."""
-    # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute
-    # lookup would import one on every call (measured: ~100 us); not imported = not compiling
-    comp = sys.modules.get("torch.compiler")
-    fn = getattr(comp, "is_compiling", None)
+    global _is_compiling
+    fn = _is_compiling
     if fn is None:
-        dyn = sys.modules.get("torch._dynamo")
-        fn = getattr(dyn, "is_compiling", None)
+        # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute
+        # lookup would import one on every call (measured: ~100 us); not imported = not compiling
+        comp = sys.modules.get("torch.compiler")
+        fn = getattr(comp, "is_compiling", None)
+        if fn is None:
+            dyn = sys.modules.get("torch._dynamo")
+            fn = getattr(dyn, "is_compiling", None)
+            if fn is None:
+                return False
     try:
-        return bool(fn()) if fn is not None else False
+        out = bool(fn())
     except Exception:
         return False
+    if not out and _is_compiling is None:
+        # kept only from an eager call (never stored while Dynamo traces this): every region's
+        # entry and allow() asks, and the two lookups were part of a cold entry's cost
+        _is_compiling = fn
+    return out
 
 
 def current_phase(frame=None) -> str:

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import operator
 import sys
 import threading
 from typing import Iterable
@@ -31,6 +32,7 @@ from .detect import MARKER
 from .phases import RUN, fails, not_failing_reason, parse_phases
 
 KNOWN_DETECTORS = ALL_DETECTORS + ("fake", "predict")
+_NAME = operator.attrgetter("name")
 
 
 def parse_detectors(value: str | Iterable[str], where: str = "detectors") -> tuple[str, ...]:
@@ -104,9 +106,16 @@ class Region:
     saying why, because they happen once (compilation, capture set-up), not in steady state.
     """
 
-    def __init__(self, detectors: str | Iterable[str] = DETECTORS, races: bool = False,
-                 raise_on_exit: bool = False, fail_on_phases: str | Iterable[str] = (),
-                 predict: bool = False):
+    # slots: a region is made, entered and left on the audited program's path (one per test or
+    # step), with caches cold there; fixed slots are less to allocate and touch than a __dict__
+    __slots__ = ("detectors", "fail_on_phases", "races", "report", "observations",
+                 "profile_syncs", "state", "_id", "_armed", "_finishers", "_token",
+                 "_race_detector", "_entered", "_traced")
+
+    raise_on_exit = False  # forbid(): raise SyncError on exit for a sync not allowed
+
+    def __init__(self, detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
+                 fail_on_phases: str | Iterable[str] = (), predict: bool = False):
         # predict: the region predicts syncs on CPU stand-ins instead of measuring them
         # (detectors/predicted.py); no race detection there (it needs CUDA's sanitizer). Inside
         # an open predicting() block (pytest --syncguard-predict) every region predicts: the
@@ -114,21 +123,29 @@ class Region:
         # (sys.modules first: the module is never imported where nothing predicts)
         predict = predict or ("syncguard.predict" in sys.modules and _inside_prediction())
         # (predicting, the detectors asked for are not parsed: none of them runs)
-        parsed, self.fail_on_phases = _parsed(DETECTORS if predict else detectors, fail_on_phases)
+        key = (DETECTORS if predict else detectors, fail_on_phases)
+        try:  # the arguments as parsed before: one region per test or step, on the program's path
+            parsed, self.fail_on_phases = _PARSED[key]
+        except (KeyError, TypeError):  # TypeError: a list, not hashable; parsed each time
+            parsed, self.fail_on_phases = _parse(*key)
         self.detectors = ("predict",) if predict else parsed
         self.races = bool(races) and not predict
-        self.raise_on_exit = raise_on_exit
         self.report = Report(detectors=())
         self.observations: list = []
         self.profile_syncs: list = []
         self.state: dict = {}  # per-detector scratch space for this region
-        self.marker = f"{MARKER}region#{next(_ids)}"
+        self._id = next(_ids)
         self._armed: list = []
+        self._finishers: tuple | list = ()
         self._token = None
         self._race_detector = None
-        self._threads_at_entry = 1
         self._entered = False
         self._traced = False
+
+    @property
+    def marker(self) -> str:
+        """This region's name in torch's profiler records (the profile detector's only)."""
+        return f"{MARKER}region#{self._id}"
 
     # -- entering -------------------------------------------------------------------------------
     def __enter__(self) -> Report:
@@ -146,7 +163,6 @@ class Region:
             if reason:
                 self.report.cuda_available, self.report.reason = False, reason
                 return self.report
-        self._threads_at_entry = threading.active_count()
         try:
             self._arm()
         except BaseException:
@@ -195,7 +211,7 @@ class Region:
 
             self._race_detector = RaceDetector()
             self._race_detector.start()
-        ran = tuple(d.name for d in self._armed)
+        ran = tuple(map(_NAME, self._armed))
         self.report.detectors = ran + (("races",) if self.races else ())
         self.report.detector_reason = why
 
@@ -241,12 +257,15 @@ class Region:
     # -- merging --------------------------------------------------------------------------------
     def _finalize(self) -> None:
         events: list = []
-        for det in getattr(self, "_finishers", ()):  # in detector order, as armed
+        for det in self._finishers:  # in detector order, as armed
             events = det.finish(self, events)
-        self._judge(events)
+        if events:  # (a sync-free region, the usual one, has nothing to judge)
+            self._judge(events)
 
     def single_threaded(self) -> bool:
-        return self._threads_at_entry == 1 and threading.active_count() == 1
+        """No other Python thread at entry (as the thread-watching detectors saw it when they
+        armed) nor now."""
+        return self.state.get("threads_at_entry", 1) == 1 and threading.active_count() == 1
 
     def _judge(self, events) -> None:
         """Split events into allowed and not, honouring each allow's max/api/kind."""
@@ -278,23 +297,19 @@ class Region:
                 syncs.append(ev)
 
 
-_PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed: one region per test or step
+_PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed, for hashable ones
 
 
-def _parsed(detectors, phases) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """parse_detectors and parse_phases of a region's arguments, remembered for hashable ones
-    (a region's entry is on the audited program's path; an error is raised each time)."""
-    key = (detectors, phases)
-    try:
-        return _PARSED[key]
-    except (KeyError, TypeError):  # TypeError: a list, not hashable; parsed each time
-        out = parse_detectors(detectors), parse_phases(phases, "fail_on_phases")
-        if len(_PARSED) < 256:
-            try:
-                _PARSED[key] = out
-            except TypeError:
-                pass
-        return out
+def _parse(detectors, phases) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """parse_detectors and parse_phases of a region's arguments, remembered when hashable (an
+    error is raised each time)."""
+    out = parse_detectors(detectors), parse_phases(phases, "fail_on_phases")
+    if len(_PARSED) < 256:
+        try:
+            _PARSED[(detectors, phases)] = out
+        except TypeError:
+            pass
+    return out
 
 
 def _inside_prediction() -> bool:
@@ -302,16 +317,19 @@ def _inside_prediction() -> bool:
     return mod is not None and not is_tracing() and mod.session_active()
 
 
-def audit(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-          fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+class audit(Region):
     """Record every sync in the block; never raises for one. ``as report`` gives the Report.
-    ``predict=True``: predict the block's syncs on the CPU (syncguard.predict) instead."""
-    return Region(detectors, races=races, fail_on_phases=fail_on_phases, predict=predict)
+    ``predict=True``: predict the block's syncs on the CPU (syncguard.predict) instead.
+
+    (A Region subclass rather than a function returning one: a region is made on the audited
+    program's path, with caches cold there, and the extra call was a tenth of a cold entry.)"""
+
+    __slots__ = ()
 
 
-def forbid(detectors: str | Iterable[str] = DETECTORS, *, races: bool = False,
-           fail_on_phases: str | Iterable[str] = (), predict: bool = False) -> Region:
+class forbid(Region):
     """Like audit(), but raise SyncError on exit if any sync (or race) was not allowed; with
     ``predict=True`` a predicted sync raises (calls not predicted are in the report, not raised)."""
-    return Region(detectors, races=races, raise_on_exit=True, fail_on_phases=fail_on_phases,
-                  predict=predict)
+
+    __slots__ = ()
+    raise_on_exit = True

@@ -56,8 +56,9 @@ class Harness:
         # what the plugin's wiring will do: every region a test opens is fed by the predictor
         orig = scope.Region.__init__
 
-        def predicted_region(region, detectors=None, races=False, raise_on_exit=False, **kw):
-            orig(region, ("fake",), False, raise_on_exit, fail_on_phases=kw.get("fail_on_phases", ()))
+        def predicted_region(region, detectors=None, *, races=False, **kw):
+            # (forbid's raising is its class's: Region.raise_on_exit)
+            orig(region, ("fake",), races=False, fail_on_phases=kw.get("fail_on_phases", ()))
 
         scope.Region.__init__ = predicted_region
         self.stack.callback(setattr, scope.Region, "__init__", orig)

@@ -35,7 +35,7 @@ STEPS += [(registry, "resolve"), (cuda.Cuda, "arm"), (cuda.Cuda, "disarm"), (cud
 # (not CuptiHub.unavailable: the stand-in hub answers that itself)
 STEPS += [(cuda.CuptiHub, n) for n in ("acquire", "_subscribe", "_on", "release", "_unsubscribe",
                                        "_off")]
-STEPS += [(cuda, n) for n in ("wrap_profiler_start", "unwrap", "other_threads", "combine_by_pointer")]
+STEPS += [(cuda, n) for n in ("wrap_profiler_start", "unwrap", "combine_by_pointer")]
 STEPS += [(cudacalls.BackwardOwners, "install"), (cudacalls.BackwardOwners, "restore")]
 
 

@@ -80,7 +80,10 @@ class CuptiCalls:
 
     def _on(self, fresh: bool) -> int:
         """Subscribe (``fresh``) and switch every id on; CUPTI's result code."""
-        c = self._c_entry()
+        # (the addresses read here once known: every region's entry comes this way)
+        c = self._c_addr if self.fast is not None else None
+        if c is None:
+            c = self._c_entry()
         if c is not None:  # one call into C, which also makes every thread's call state stale
             code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
             if code == C.SUCCESS:
@@ -114,7 +117,9 @@ class CuptiCalls:
     def _off(self, unsubscribe: bool, switch: bool = True) -> None:
         """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
         in that order, since unsubscribing with callbacks on crashed a syncing thread."""
-        c = self._c_entry()
+        c = self._c_addr if self.fast is not None else None
+        if c is None:
+            c = self._c_entry()
         if c is not None and switch:
             self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
         else:
@@ -264,7 +269,8 @@ class CuptiHub(CallPath, CuptiCalls):
             self.users -= 1
             if self.users == 0:
                 try:
-                    others = other_threads()
+                    # Python threads alive besides this one (native threads are not seen)
+                    others = threading.active_count() - 1
                     if others and not self.yielded:
                         self._park()
                         if self.parks == 0:  # once per process: it is the process's state
@@ -344,11 +350,6 @@ def unwrap(saved: list) -> None:
     saved.clear()
 
 
-def other_threads() -> int:
-    """Python threads alive besides this one (native threads are not seen)."""
-    return threading.active_count() - 1
-
-
 def fast_callback(hub: CuptiHub):
     """(the configured ``_cuptifast`` module, "C callback"), or (None, why the Python one runs)."""
     if os.environ.get("SYNCGUARD_CUDA_CALLBACK", "c") == "python":
@@ -404,19 +405,20 @@ class Cuda:
         self.hub.acquire(region)
 
     def disarm(self, region) -> None:
-        if self.hub.activity.on:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity) only
-            self.hub.flush()
-        if self.hub.activity.records:  # a copy of what this region may need, before release clears
-            region.state.setdefault("cuda_records", {}).update(self.hub.activity.records)
-        if self.hub.backward.ambiguous:
+        hub = self.hub
+        activity = hub.activity
+        if activity.on:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity) only
+            hub.flush()
+        if activity.records:  # a copy of what this region may need, before release clears
+            region.state.setdefault("cuda_records", {}).update(activity.records)
+        if hub.backward.ambiguous:
             region.report.notes.append(
-                f"cuda detector: {self.hub.backward.ambiguous} call(s) on autograd threads while "
+                f"cuda detector: {hub.backward.ambiguous} call(s) on autograd threads while "
                 "several backward passes ran at once were not attributed")
-        errors = self.hub.errors + self.hub.activity.errors + (
-            self.hub.fast.errors() if self.hub.fast is not None else 0)
+        errors = hub.errors + activity.errors + (hub.fast.errors() if hub.fast is not None else 0)
         if errors:
             region.report.notes.append(f"cuda detector: {errors} callback error(s) swallowed")
-        self.hub.release(region)
+        hub.release(region)
 
     def finish(self, region, found: list) -> list:
         if not region.observations:  # a region with no call kept (a sync-free test): nothing to judge
@@ -426,7 +428,8 @@ class Cuda:
         else:
             events, notes = combine(region.observations,
                                     ByCorrelation(region.state.get("cuda_records", {})), self.hub.fast)
-        region.report.notes.extend(notes)
+        if notes:
+            region.report.notes.extend(notes)
         if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
             events += [(_event(o, o.api or "cudaStreamSynchronize", STREAM_SYNC, ("debug",)),
@@ -451,7 +454,7 @@ def combine_by_pointer(obs, fast=None) -> tuple[list, list[str]]:
         got = fast.by_pointer(obs, pointer_functions, SyncEvent, _SYNC_FIELDS, ("cuda",), _C_KINDS)
         if got is not NotImplemented:
             events, unknown, undirected = got
-            return events, _notes(unknown, undirected)
+            return events, (_notes(unknown, undirected) if unknown or undirected else [])
     # the Python callback's calls (by_pointer's NotImplemented, which combine's C loop would give
     # too): the Python loop
     return combine(obs, pointer_kinds(fast))

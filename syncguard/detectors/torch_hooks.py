@@ -67,6 +67,8 @@ THREAD_STARTS = ThreadStarts()
 def watch_threads(region) -> None:
     THREAD_STARTS.arm()
     region.state["thread_starts"] = THREAD_STARTS.count
+    # read here, not by every region's entry: only these detectors ask (Region.single_threaded)
+    region.state["threads_at_entry"] = threading.active_count()
 
 
 def unwatch_threads(region) -> None:
