@@ -1333,3 +1333,73 @@ def test_no_garbage_collection_runs_inside_the_c_callback(monkeypatch):
     assert during and not any(during)  # the site was made inside, with the collector off
     assert seen == [False, False]  # both cycles collected, neither inside the callback
     assert enabled_after and disabled_after  # the collector left as it was found
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_patches_follow_a_replaced_profiler_start_and_are_undone_whatever_happened(path):
+    """Fake libcupti. From the second region on, the C module sets and undoes the profiler-start
+    wrappers and the backward-engine proxy in one call each way, from a plan the Python helpers
+    left. The plan must never put back a stale function: when another library replaced torch's
+    profiler start between regions, the next region wraps the replacement and leaves it in place;
+    when one replaced the wrapper inside a region, release still puts torch's own back."""
+    ap = pytest.importorskip("torch.autograd.profiler")
+    from torch.autograd.variable import Variable
+
+    torch_own, engine = ap._prepare_profiler, Variable.__dict__["_execution_engine"]
+    hub = FakeHub(path=path)
+    for _ in range(2):  # the first makes the plan, the second follows it
+        r = FakeRegion()
+        hub.acquire(r)
+        assert ap._prepare_profiler.__wrapped__ is torch_own
+        assert Variable.__dict__["_execution_engine"] is not engine  # the proxy
+        hub.release(r)
+        assert ap._prepare_profiler is torch_own and Variable.__dict__["_execution_engine"] is engine
+
+    def replacement(*args, **kwargs):
+        return torch_own(*args, **kwargs)
+
+    ap._prepare_profiler = replacement
+    try:
+        r = FakeRegion()
+        hub.acquire(r)
+        assert ap._prepare_profiler.__wrapped__ is replacement
+        hub.release(r)
+        assert ap._prepare_profiler is replacement and Variable.__dict__["_execution_engine"] is engine
+    finally:
+        ap._prepare_profiler = torch_own
+    r = FakeRegion()
+    hub.acquire(r)
+    assert ap._prepare_profiler.__wrapped__ is torch_own  # torch's own again, not the replacement
+    ap._prepare_profiler = replacement  # replaced inside the region
+    hub.release(r)
+    assert ap._prepare_profiler is torch_own and Variable.__dict__["_execution_engine"] is engine
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_swap_changes_every_attribute_or_none():
+    """_cuptifast.swap: all or nothing, by identity; a write that fails puts back the earlier
+    ones and raises."""
+    from syncguard.detectors import _cuptifast
+
+    class A:
+        pass
+
+    class Frozen:
+        def __setattr__(self, name, value):
+            raise AttributeError("frozen")
+
+    one, two, three = object(), object(), object()
+    a, b = A(), A()
+    a.x, b.y = one, two
+    assert _cuptifast.swap(((a, "x", one, three), (b, "y", two, one))) is True
+    assert (a.x, b.y) == (three, one)
+    assert _cuptifast.swap(((a, "x", three, two), (b, "y", two, two))) is False  # b.y is not two
+    assert (a.x, b.y) == (three, one)
+    assert _cuptifast.swap(((a, "missing", one, two),)) is False
+    frozen = Frozen()
+    object.__setattr__(frozen, "z", one)
+    with pytest.raises(AttributeError, match="frozen"):
+        _cuptifast.swap(((a, "x", three, two), (frozen, "z", one, two)))
+    assert a.x is three and frozen.z is one  # the first write was put back
+    with pytest.raises(TypeError):
+        _cuptifast.swap(((a, "x"),))
