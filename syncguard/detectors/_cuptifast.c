@@ -1045,49 +1045,6 @@ static PyObject *fn_forget(PyObject *self, PyObject *noargs) {
     Py_RETURN_NONE;
 }
 
-/* swap(plan) -> True, or False with nothing changed: plan is a tuple of (owner, name, expected,
- * value); when every getattr(owner, name) is `expected` (identity), each becomes `value`. The hub
- * sets and undoes what it keeps in torch while subscribed (the profiler-start wrappers, the
- * backward-engine proxy) in one call each way, once the Python helpers have made the plan. */
-static PyObject *fn_swap(PyObject *self, PyObject *args) {
-    PyObject *plan;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &plan)) return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(plan);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 4) {
-            PyErr_SetString(PyExc_TypeError, "swap: each step is (owner, name, expected, value)");
-            return NULL;
-        }
-        PyObject *now = PyObject_GetAttr(PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1));
-        if (!now) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
-            PyErr_Clear();
-            Py_RETURN_FALSE;
-        }
-        int same = now == PyTuple_GET_ITEM(item, 2);
-        Py_DECREF(now);
-        if (!same) Py_RETURN_FALSE;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_GET_ITEM(plan, i);
-        if (PyObject_SetAttr(PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1),
-                             PyTuple_GET_ITEM(item, 3)) < 0) {
-            for (Py_ssize_t j = i - 1; j >= 0; j--) { /* put back what this call set */
-                PyObject *done = PyTuple_GET_ITEM(plan, j);
-                PyObject *t, *v, *tb;
-                PyErr_Fetch(&t, &v, &tb);
-                if (PyObject_SetAttr(PyTuple_GET_ITEM(done, 0), PyTuple_GET_ITEM(done, 1),
-                                     PyTuple_GET_ITEM(done, 2)) < 0)
-                    PyErr_Clear();
-                PyErr_Restore(t, v, tb);
-            }
-            return NULL;
-        }
-    }
-    Py_RETURN_TRUE;
-}
-
 static PyObject *fn_address(PyObject *self, PyObject *noargs) {
     return PyLong_FromVoidPtr((void *)callback);
 }
@@ -1786,9 +1743,6 @@ static PyMethodDef methods[] = {
     {"forget", fn_forget, METH_NOARGS,
      "Drop the regions remembered for handing calls over (off() does it too)."},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
-    {"swap", fn_swap, METH_VARARGS,
-     "swap(((owner, name, expected, value), ...)) -> True when every attribute was expected and "
-     "is now value; False, nothing changed, when one was not"},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"folding", fn_folding, METH_O,
      "folding(on): fold a run of like async copies into one Call (host memory told by pointer)"},

@@ -135,48 +135,7 @@ class CuptiCalls:
             self.activity.disable()
 
 
-class TorchPatches:
-    """What the hub sets in torch while subscribed: the profiler-start wrappers (with a fresh
-    subscription, so that a profiler starting in a region is handed CUPTI) and the backward-engine
-    proxy (while callbacks are on). The Python helpers (:func:`wrap_profiler_start`,
-    :func:`unwrap`, ``BackwardOwners``) set and undo them the first time and leave a plan; after
-    that a fresh subscription's set and the unsubscription's undo are one C call each
-    (``_cuptifast.swap``), which first checks that every attribute still holds what the plan
-    expects, else the helpers run again. Why: on a cold region entry and exit the helpers'
-    lookups and loops cost more than the attribute writes. Needs the hub's ``fast``,
-    ``backward``, ``hand_over``, ``_saved_profiler``, ``_profiler_wrappers`` and ``_plan``."""
-
-    def _patch_in(self) -> None:
-        """Both patches, as a fresh subscription sets them."""
-        plan = self._plan
-        if plan is not None and self.fast is not None and self.fast.swap(plan[0]):
-            self._saved_profiler, self.backward._saved = list(plan[2]), plan[3]
-            return
-        self._saved_profiler = wrap_profiler_start(self.hand_over, self._profiler_wrappers)
-        self.backward.install()
-        if self.fast is None:  # no C module: no plan to keep
-            return
-        steps = [(owner, attr, original, getattr(owner, attr))
-                 for owner, attr, original in self._saved_profiler]
-        if self.backward._saved is not None:
-            owner, engine = self.backward._saved
-            steps.append((owner, "_execution_engine", engine, owner._execution_engine))
-        self._plan = (tuple(steps), tuple((o, a, new, old) for o, a, old, new in steps),
-                      tuple(self._saved_profiler), self.backward._saved)
-
-    def _patch_out(self) -> None:
-        """Both patches undone, as unsubscribing does (the proxy is gone already when parked)."""
-        plan = self._plan
-        if (plan is not None and self.fast is not None and self.backward._saved is plan[3]
-                and tuple(self._saved_profiler) == plan[2] and self.fast.swap(plan[1])):
-            self._saved_profiler.clear()
-            self.backward._saved = None
-            return
-        unwrap(self._saved_profiler)
-        self.backward.restore()
-
-
-class CuptiHub(CallPath, CuptiCalls, TorchPatches):
+class CuptiHub(CallPath, CuptiCalls):
     """The process's CUPTI subscription, held while any cuda region is open."""
 
     def __init__(self) -> None:
@@ -194,7 +153,6 @@ class CuptiHub(CallPath, CuptiCalls, TorchPatches):
         self.yielded: str | None = None  # why CUPTI was handed to a profiler mid-region
         self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
         self._saved_profiler: list = []
-        self._plan: tuple | None = None  # see TorchPatches
         self.backward = BackwardOwners()
         self._tls = threading.local()
         self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
@@ -276,11 +234,10 @@ class CuptiHub(CallPath, CuptiCalls, TorchPatches):
         self.subscribed, self.parked = True, False
         try:
             if fresh:
-                self._patch_in()
-            else:  # from parked: the profiler-start wrappers stayed
-                self.backward.install()
+                self._saved_profiler = wrap_profiler_start(self.hand_over, self._profiler_wrappers)
             if self.hostmem == "activity":
                 self.activity.enable(self.lib)
+            self.backward.install()
         except BaseException as e:
             self._unsubscribe()
             raise DetectorUnavailable(str(e)) from None
@@ -291,7 +248,8 @@ class CuptiHub(CallPath, CuptiCalls, TorchPatches):
         self.parked = True
 
     def _unsubscribe(self) -> None:
-        self._patch_out()
+        unwrap(self._saved_profiler)
+        self.backward.restore()
         if self.subscribed:
             on = not self.parked  # parked: every callback is off already
             self.subscribed = self.parked = False
