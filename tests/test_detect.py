@@ -1085,24 +1085,11 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
         assert all(e.host_blocked_us is not None for e, _, _ in got)
         paired = [o for o in by_c if getattr(o, "paired_api", None) is not None]
         folded = sum(len(getattr(o, "folded_blocked_us", ())) for o in by_c)
-        pairs = [p for o in by_c for p in getattr(o, "folded_pairs", ())]  # a copy and a sync each
-        assert len(by_c) == len(by_python) - len(paired) - folded - 2 * len(pairs)
-        assert all(api == "cudaStreamSynchronize" for api, _, _ in pairs)
+        assert len(by_c) == len(by_python) - len(paired) - folded
         assert all(o.paired_api == "cudaStreamSynchronize" and o.paired_blocked_us is not None
                    for o in paired)
 
     check()
-    # pairs from pinned memory folded into a copy that a copy from another line then follows:
-    # the exit passes over pinned copies that make no event, never the pairs folded into one
-    program = [("copy", 1, 41, 1, 7, 0x7100), ("sync", 1, 7)] * 2 + [
-        ("copy", 1, 41, 1, 7, 0x7100), ("copy", 2, 41, 1, 7, 0x7100)]
-    _, by_python = _run_program("python", program)
-    hub, by_c = _run_program("c", program)
-    want = combine(by_python, ByPointer(ptrs))
-    got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",),
-                              cuda._C_KINDS)
-    assert len(by_c) == 2 and [e.kind for e, _, _ in got[0]] == ["blocking_copy_h2d"] * 2
-    assert (events(got[0]), cuda._notes(*got[1:])) == (events(want[0]), want[1])
     # the pair as a blocking copy makes it: one Call, one event, its duration the sum of both
     program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)]
     hub, (call,) = _run_program("c", program)
@@ -1110,18 +1097,6 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
                                       ("cuda",), cuda._C_KINDS)[0]
     assert (ev.kind, ev.api) == ("blocking_copy_h2d", "cudaStreamSynchronize")
     assert ev.host_blocked_us == (round(call.blocked_us * 10) + round(call.paired_blocked_us * 10)) / 10
-    # a run of such pairs from one line (torch 2.8's merge loop), then one copy left unpaired:
-    # one Call, standing for the last copy, with the pairs folded in; each pair's event has its
-    # own two durations, in order, then the copy's own
-    program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)] * 3 + [("copy", 1, 41, 1, 7, 0x7000)]
-    hub, (call,) = _run_program("c", program)
-    assert len(call.folded_pairs) == 3 and call.paired_api is None
-    evs = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                              ("cuda",), cuda._C_KINDS)[0]
-    sums = [(round(c * 10) + round(s * 10)) / 10 for _, c, s in call.folded_pairs]
-    assert [(e.kind, e.api, e.host_blocked_us) for e, _, _ in evs] == (
-        [("blocking_copy_h2d", "cudaStreamSynchronize", b) for b in sums]
-        + [("pageable_copy", "cudaMemcpyAsync", call.blocked_us)])
     # a run of like copies: one Call, each copy's event with its own duration (each copy lasts
     # 2, 4 and 6 ms or more here: a sleep between its ENTER and EXIT)
     hub, region = FakeHub(path="c"), FakeRegion()

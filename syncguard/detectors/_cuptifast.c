@@ -11,9 +11,8 @@
  *
  * Same rules as the Python callback (which stays, as the fallback where this module did not
  * build): only the outermost call of a thread is kept (a runtime call and the driver calls under
- * it are one observation; a stream sync completing the copy just before it, a copy like the one
- * just before it, and a copy repeating the pair just before it, are kept on that copy's Call:
- * pair_with, fold_into, fold_pair); only threads whose
+ * it are one observation; a stream sync completing the copy just before it, and a copy like the
+ * one just before it, are kept on that copy's Call: pair_with, fold_into); only threads whose
  * context has a region (the ``regions`` ContextVar)
  * keep anything; a thread with no region while a backward pass of a region runs is handed to the
  * Python callback whole (its owner logic lives there); the user's frame is found with the same
@@ -367,11 +366,6 @@ typedef struct Call {
      * into it (fold_into()), in order: each of them one combine judges as unpaired */
     Py_ssize_t nfolded, folded_cap;
     double *folded;
-    /* the copies like this one, each completed by its own stream sync, that came right before
-     * it, folded into it (fold_pair()), in order and before any of ``folded``: each of them one
-     * combine judges as the blocking copy of a pair */
-    Py_ssize_t npairs, pairs_cap;
-    struct FoldedPair { double copy_us, sync_us; int16_t pair; } *pairs;
 } Call;
 
 /* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
@@ -380,7 +374,7 @@ static PyObject *names_table;
 
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
        F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR,
-       F_PAIRED_API, F_PAIRED_BLOCKED, F_FOLDED, F_PAIRS };
+       F_PAIRED_API, F_PAIRED_BLOCKED, F_FOLDED };
 
 /* the call's api name, role or sync kind (F_API, F_ROLE, F_KIND), from the name table it was
  * made under (borrowed) */
@@ -424,17 +418,6 @@ static PyObject *call_get(PyObject *self, void *closure) {
                            : Py_NewRef(Py_None);
     case F_PAIRED_BLOCKED:
         return c->has_pair_blocked ? PyFloat_FromDouble(c->pair_blocked) : Py_NewRef(Py_None);
-    case F_PAIRS: { /* the folded pairs, in order: (the sync's api, copy us, sync us) each */
-        PyObject *t = PyTuple_New(c->npairs);
-        for (Py_ssize_t i = 0; t && i < c->npairs; i++) {
-            const struct FoldedPair *f = &c->pairs[i];
-            PyObject *v = Py_BuildValue("(Odd)", PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0),
-                                                                  f->pair), f->copy_us, f->sync_us);
-            if (!v) { Py_CLEAR(t); break; }
-            PyTuple_SET_ITEM(t, i, v);
-        }
-        return t;
-    }
     case F_FOLDED: { /* the folded copies' durations, in order */
         PyObject *t = PyTuple_New(c->nfolded);
         for (Py_ssize_t i = 0; t && i < c->nfolded; i++) {
@@ -456,7 +439,7 @@ static PyGetSetDef call_getset[] = {
     GET("blocked_us", F_BLOCKED), GET("nbytes", F_NBYTES), GET("src", F_SRC), GET("dst", F_DST),
     GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR),
     GET("paired_api", F_PAIRED_API), GET("paired_blocked_us", F_PAIRED_BLOCKED),
-    GET("folded_blocked_us", F_FOLDED), GET("folded_pairs", F_PAIRS), {NULL}};
+    GET("folded_blocked_us", F_FOLDED), {NULL}};
 #undef GET
 
 static int call_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -475,7 +458,6 @@ static void call_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
     call_clear(self);
     PyMem_Free(((Call *)self)->folded);
-    PyMem_Free(((Call *)self)->pairs);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -531,7 +513,6 @@ static PyObject *new_call(const Entry *e, int dir, const uint32_t *corr, int nco
     c->t0 = t0;
     c->has_pair = c->has_pair_blocked = 0; c->pair = 0; c->pair_t0 = 0; c->pair_blocked = 0.0;
     c->nfolded = c->folded_cap = 0; c->folded = NULL;
-    c->npairs = c->pairs_cap = 0; c->pairs = NULL;
     PyObject_GC_Track((PyObject *)c);
     return (PyObject *)c;
 }
@@ -664,35 +645,6 @@ static int fold_into(const Call *prev, const Entry *e, PyObject *regions, PyObje
     return same_context(prev, regions, site, allows, phase, thread);
 }
 
-/* Whether the async copy about to be kept repeats ``prev``, this thread's last kept call, where
- * prev is a copy completed by the stream sync riding on it (pair_with): the same api and
- * direction, from the same Site object, thread, allows and phase, right after it in every region
- * it goes to, and nothing folded into prev as unpaired (those come after the pairs). Combine
- * judges each such pair the same way whatever its pointers: one blocking copy, named for its
- * sync, of both durations. So prev's pair is folded (its durations and sync kept, in order) and
- * prev stands for the new copy from then on: no call is built or handed over. Torch 2.8's 100
- * merges are such a run (a pageable H2D copy and cudaStreamSynchronize each). */
-static int fold_pair(const Call *prev, const Entry *e, PyObject *regions, PyObject *site,
-                     PyObject *allows, int phase, PyObject *thread, int dir) {
-    if (!folding || prev->index != e->index || prev->role != ROLE_COPY || !prev->is_async ||
-        !prev->has_pair || !prev->has_pair_blocked || !prev->has_blocked || prev->nfolded ||
-        prev->dir != dir || (dir != DIR_H2D && dir != DIR_D2H))
-        return 0;
-    return same_context(prev, regions, site, allows, phase, thread);
-}
-
-/* Grow an array of ``size``-byte items kept on a Call to hold one more (doubling from 16); 0, or
- * -1 with MemoryError set. */
-static int grow(void **items, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
-    if (n < *cap) return 0;
-    Py_ssize_t want = *cap ? 2 * *cap : 16;
-    void *grown = PyMem_Realloc(*items, size * (size_t)want);
-    if (!grown) { PyErr_NoMemory(); return -1; }
-    *items = grown;
-    *cap = want;
-    return 0;
-}
-
 /* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
  * thread's last kept call, done (borrowed), which a stream sync may complete (pair_with). */
 static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d,
@@ -770,31 +722,20 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         goto error;
     }
     if (prev && e->role == ROLE_COPY && e->is_async && has_ptrs &&
-        fold_pair(prev, e, regions, site, allows, phase, thread, dir)) {
-        Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
-        if (grow((void **)&prev->pairs, prev->npairs, &prev->pairs_cap, sizeof *prev->pairs) < 0)
-            goto error;
-        prev->pairs[prev->npairs++] = (struct FoldedPair){prev->blocked, prev->pair_blocked, prev->pair};
-        /* prev is the new copy now, not paired yet: its own stream, pointers and size */
-        prev->has_pair = prev->has_pair_blocked = 0;
-        prev->has_blocked = 0;
-        prev->has_stream = (int8_t)has_stream; prev->stream = stream;
-        prev->has_nbytes = 1; prev->nbytes = nbytes;
-        prev->has_src = (int8_t)(src != 0); prev->src = src;
-        prev->has_dst = (int8_t)(dst != 0); prev->dst = dst;
-        prev->ncorr = 1;
-        prev->corr[0] = d->correlationId;
-        t->call = (Call *)Py_NewRef((PyObject *)prev);
-        t->mode = MODE_KEPT;
-        prev->t0 = now_ns();
-        return;
-    }
-    if (prev && e->role == ROLE_COPY && e->is_async && has_ptrs &&
         fold_into(prev, e, regions, site, allows, phase, thread, dir, has_stream, stream, nbytes,
                   src, dst)) {
+        if (prev->nfolded == prev->folded_cap) {
+            Py_ssize_t cap = prev->folded_cap ? 2 * prev->folded_cap : 16;
+            double *grown = PyMem_Realloc(prev->folded, sizeof(double) * (size_t)cap);
+            if (!grown) {
+                Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
+                PyErr_NoMemory();
+                goto error;
+            }
+            prev->folded = grown;
+            prev->folded_cap = cap;
+        }
         Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
-        if (grow((void **)&prev->folded, prev->nfolded, &prev->folded_cap, sizeof *prev->folded) < 0)
-            goto error;
         prev->folded[prev->nfolded++] = prev->blocked;
         prev->has_blocked = 0;
         prev->ncorr = 1;
@@ -1330,8 +1271,7 @@ static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
         const Call *k = (const Call *)o;
         int is_copy = k->role == ROLE_COPY;
         if (is_copy && cand >= 0) { drop[cand] = 1; ask[nptr++] = host[cand]; }
-        int async_host = is_copy && k->is_async && !k->has_pair && !k->npairs &&
-                         ((k->dir == DIR_H2D && k->has_src) ||
+        int async_host = is_copy && k->is_async && !k->has_pair && ((k->dir == DIR_H2D && k->has_src) ||
                                                     (k->dir == DIR_D2H && k->has_dst));
         cand = async_host ? i : -1;
         if (async_host) host[i] = k->dir == DIR_H2D ? k->src : k->dst;
@@ -1523,17 +1463,6 @@ static int add_pair(Combine *m, const Call *c, int dir) {
                         PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair));
 }
 
-/* The pairs folded into c (fold_pair), before anything else of c: each as add_pair makes it */
-static int add_pairs(Combine *m, const Call *c, int dir) {
-    for (Py_ssize_t i = 0; i < c->npairs; i++) {
-        const struct FoldedPair *f = &c->pairs[i];
-        if (add_blocking(m, c, dir, f->sync_us, f->copy_us,
-                         PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), f->pair)) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 static int host_memory(Combine *m, const Call *c, int dir);
 
 /* The copies folded into c (fold_into), before c itself: each an async copy the next copy
@@ -1623,8 +1552,6 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 if (PyErr_Occurred()) return -1;
                 if (none) { m->undirected++; continue; }
             }
-            if ((dir == DIR_H2D || dir == DIR_D2H) && c->npairs && add_pairs(m, c, dir) < 0)
-                return -1;
             if ((dir == DIR_H2D || dir == DIR_D2H) && c->nfolded && add_folded(m, c, dir) < 0)
                 return -1;
             if (dir == DIR_H2D || dir == DIR_D2H) {
