@@ -16,7 +16,9 @@ machine. It prints, and with ``--out`` writes as markdown, medians over ``rounds
   with caches thrashed before each.
 
 Why: on torch 2.8.0 the 100-merge cell of the overhead benchmark is the one over 1.05x on the
-H200, and each of its 100 pairs made a Call until the C callback folded runs of pairs.
+H200, and each of its 100 pairs makes a Call. Folding runs of pairs into one Call (20d430a, since
+reverted) was measured with this on the CPU and with ``tools/probe_ab.py`` on the H200
+(reports/probes/pair-fold-20d430a/).
 """
 import argparse
 import ctypes
