@@ -14,9 +14,11 @@ torch a pageable host-to-device copy and a stream sync per merge, torch 2.8.0's 
 the 100 merges of the overhead benchmark (torch >= 2.9: sync-free, one async copy each); its
 training step; 100 ``.item()`` calls (a copy from the device and a sync: kept at ENTER either
 way, the control). Each round runs bare, ``audit(cuda)`` deferring and ``audit(cuda)`` at
-ENTER in bench/design.py's Williams order; each cell is the median over rounds of the loop's
-time over the bare loop of the same round (the region's entry and exit inside the timing, as in
-the overhead benchmark), printed and written to DIR/defer-<torch>.{json,md} with every round.
+ENTER, and a C no-op callback subscribed on the detector's ids with no region (CUPTI's own
+dispatch: the floor under both), in bench/design.py's Williams order. Each cell is the median
+over rounds of the loop's time over the bare loop of the same round (the region's entry and
+exit inside the timing, as in the overhead benchmark), printed and written to
+DIR/defer-<torch>.{json,md} with every round.
 """
 import collections
 import contextlib
@@ -31,6 +33,7 @@ import torch  # noqa: E402
 
 import syncguard  # noqa: E402
 from bench import emit_doc, gpu_probe_args  # noqa: E402
+from bench.bench_overhead import cupti_raw  # noqa: E402
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, train_step  # noqa: E402
 from syncguard.detectors.cuda import HUB  # noqa: E402
@@ -72,7 +75,9 @@ def main():
                  "transformer training step": step,
                  "100 .item() (copy from the device + sync; the control)": items}
     configs = {"bare": bare, "audit(cuda), deferring (default)": audited(True),
-               "audit(cuda), kept at ENTER": audited(False)}
+               "audit(cuda), kept at ENTER": audited(False),
+               # CUPTI's own dispatch on the detector's ids, no region: the floor under both
+               "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector")}
     rounds = whole_cycles(a.rounds, len(configs))
     rows, every, seen = {}, {}, {}
     for wname, work in workloads.items():
