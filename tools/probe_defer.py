@@ -2,6 +2,7 @@
 (deferring, the default) against keeping it at its ENTER, as every other call, in one process.
 
     python tools/probe_defer.py [--rounds 96] [--out DIR]
+    python tools/probe_defer.py --render DIR/defer-<torch>.json   (its .md again, no GPU)
 
 Why: torch 2.8.0's 100 merges are the one overhead cell over 1.05x (reports/gpu/overhead-ci.md).
 Each merge makes a pageable host-to-device copy and a stream sync waiting for it. Kept at ENTER,
@@ -22,6 +23,7 @@ DIR/defer-<torch>.{json,md} with every round.
 """
 import collections
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -32,10 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 
 import syncguard  # noqa: E402
-from bench import emit_doc, gpu_probe_args  # noqa: E402
+from bench import emit, emit_doc, gpu_probe_args  # noqa: E402
 from bench.bench_overhead import cupti_raw  # noqa: E402
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, train_step  # noqa: E402
+from overhead_ci import bootstrap  # noqa: E402  (tools/, this script's folder)
 from syncguard.detectors.cuda import HUB  # noqa: E402
 from syncguard.provenance import git_state  # noqa: E402
 
@@ -110,28 +113,48 @@ def main():
         cells["deferring over kept at ENTER, per round"] = {
             "ratio": round(statistics.median([x / y for x, y in zip(on, off)]), 4)}
         rows[wname] = cells
-    ver = torch.__version__.split("+")[0]
     doc = {"kind": "syncguard-probe-defer", "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(0), "callback": HUB.callback,
            "commit": (git_state(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) or {}).get("commit"),
            "rounds": rounds, "rows": rows, "syncs_seen": seen, "rounds_ms": every}
+    emit_doc(doc, markdown(doc), a.out, f"defer-{doc['torch'].split('+')[0]}")
+
+
+def markdown(doc: dict) -> list[str]:
+    """The result table of a probe's JSON (also ``--render FILE.json``: the .md written again
+    beside it, from the JSON alone)."""
     md = [f"# An async host-to-device copy kept at EXIT or at ENTER · {doc['gpu']} · torch "
-          f"{torch.__version__} · commit {doc['commit']}", "",
-          f"`tools/probe_defer.py`; {rounds} rounds (Williams design, one process, one build); "
-          "× bare: median over rounds of the loop over the same round's bare loop (region entry "
-          "and exit inside).", "",
+          f"{doc['torch']} · commit {doc['commit']}", "",
+          f"`tools/probe_defer.py`; {doc['rounds']} rounds (Williams design, one process, one "
+          "build); × bare: median over rounds of the loop over the same round's bare loop "
+          "(region entry and exit inside).", "",
           "| workload | configuration | median ms | × bare [quartiles] |", "|---|---|---|---|"]
-    for w, r in rows.items():
+    for w, r in doc["rows"].items():
         for k, v in r.items():
             if "median_ms" in v:
                 md.append(f"| {w} | {k} | {v['median_ms']} | {v['ratio']} "
                           f"[{v['ratio_q1']}, {v['ratio_q3']}] |")
             else:
-                md.append(f"| {w} | {k} | | {v['ratio']} |")
-    md += ["", "What one audited loop of each workload reported (kind (api): count):", ""]
-    md += [f"- {w}: {', '.join(f'{k}: {n}' for k, n in s.items()) or 'no sync'}" for w, s in seen.items()]
-    emit_doc(doc, md, a.out, f"defer-{ver}")
+                on, off = (doc["rounds_ms"][w][c] for c in ("audit(cuda), deferring (default)",
+                                                            "audit(cuda), kept at ENTER"))
+                _, lo, hi, _ = bootstrap([x / y for x, y in zip(on, off)], 1.0)
+                md.append(f"| {w} | {k} | | {v['ratio']} (95% interval [{lo:.4f}, {hi:.4f}]) |")
+    md += ["", "The intervals: the rounds resampled whole 4,000 times (seed 0; "
+           "tools/overhead_ci.py's bootstrap).", ""]
+    md += ["What one audited loop of each workload reported (kind (api): count):", ""]
+    md += [f"- {w}: {', '.join(f'{k}: {n}' for k, n in s.items()) or 'no sync'}"
+           for w, s in doc["syncs_seen"].items()]
+    return md
+
+
+def render(path: str) -> None:
+    with open(path) as fh:
+        doc = json.load(fh)
+    emit(markdown(doc), os.path.splitext(path)[0] + ".md")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--render"] and len(sys.argv) == 3:
+        render(sys.argv[2])
+    else:
+        main()
