@@ -303,18 +303,6 @@ def _fire(hub, domain, cbid, site, corr, params=None):
     fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)  # L-FIRE
 
 
-def _fire_call(hub, domain, cbid, corr, params=None, nested=None):
-    """One CUDA call's callbacks as CUPTI fires them, inside the call on the calling thread: its
-    ENTER, the ENTER and EXIT of the driver call under it (``nested``: (domain, cbid, corr)), its
-    EXIT; all from this one line, so all see one Python stack, as a real call's do (the C
-    callback keeps an async host-to-device copy at its EXIT, any other call at its ENTER)."""
-    seq = [(domain, cbid, C.API_ENTER, corr)]
-    if nested is not None:
-        seq += [(*nested[:2], C.API_ENTER, nested[2]), (*nested[:2], C.API_EXIT, nested[2])]
-    for d, c, site, k in seq + [(domain, cbid, C.API_EXIT, corr)]:
-        _fire(hub, d, c, site, k, params)
-
-
 def test_canonical_names_drop_version_suffixes():
     assert canonical("cudaMemcpyAsync_ptsz_v7000") == "cudaMemcpyAsync_ptsz"
     assert canonical("cuMemcpyHtoD_v2") == "cuMemcpyHtoD"
@@ -902,42 +890,38 @@ def _c_hub_with_a_copy():
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-@pytest.mark.parametrize("kind, deferring", [(1, True), (1, False), (2, True)])
-def test_the_c_callback_times_its_pieces_only_when_asked(kind, deferring):
+def test_the_c_callback_times_its_pieces_only_when_asked():
     """Plumbing for tools/probe_callback_pieces.py (fake libcupti, no GPU): one kept copy and one
     nested driver call are counted piece by piece while timing is on, nothing while it is off,
-    and each read zeroes the counts. An async host-to-device copy (kind 1) is kept at its EXIT
-    while deferring is on (the default); with it off, and for a copy from the device (kind 2),
-    at ENTER, its EXIT only stamping the duration."""
-    hub, region, _ = _c_hub_with_a_copy()
-    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=kind, stream=0)
-    was = hub.fast.deferring(deferring)
+    and each read zeroes the counts."""
+    hub, region, copy = _c_hub_with_a_copy()
     token = routing.regions.set((region,))
     try:
+        def one_copy(corr):
+            _fire(hub, 2, 41, C.API_ENTER, corr, copy)
+            _fire(hub, 1, 17, C.API_ENTER, corr + 1)
+            _fire(hub, 1, 17, C.API_EXIT, corr + 1)
+            _fire(hub, 2, 41, C.API_EXIT, corr, copy)
+
         hub.fast.timing(False)
-        _fire_call(hub, 2, 41, 1, copy, nested=(1, 17, 2))
+        one_copy(1)
         assert all(n == 0 for _, n in hub.fast.timing(True).values())
-        _fire_call(hub, 2, 41, 3, copy, nested=(1, 17, 4))
+        one_copy(3)
         counts = {p: n for p, (_, n) in hub.fast.timing(False).items()}
-        _fire_call(hub, 2, 41, 5, copy, nested=(1, 17, 6))
+        one_copy(5)
     finally:
         routing.regions.reset(token)
         hub.fast.timing(False)
-        hub.fast.deferring(was)
         hub.release(region)
-    at_exit = kind == 1 and deferring
-    inner = {"ENTER: the regions (context variable; inside the above)": 1,
-             "ENTER: is torch compiling (inside the above)": 1,
-             "ENTER: the user's site (inside the above)": 1, "ENTER: build the call (inside the above)": 1,
-             "ENTER: hand it to the region(s) (inside the above)": 1}
-    at_enter = {"ENTER: take the GIL": 1,
-                "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)": 1,
-                "ENTER: release the GIL": 1, "EXIT: stamp the call's duration (no GIL)": 1}
-    deferred = {"ENTER: note a deferred copy's start (no GIL; kept at its EXIT)": 1,
-                "EXIT: keep a deferred copy (the GIL, then what ENTER does for a call: its pieces above)": 1}
-    want = {"callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2, **inner,
-            **{p: int(not at_exit) for p in at_enter}, **{p: int(at_exit) for p in deferred}}
-    assert counts == want
+    assert counts == {
+        "callback (every invocation, whole)": 4, "nested driver callback (no GIL)": 2,
+        "ENTER: take the GIL": 1,
+        "ENTER: keep the call (regions, phase, thread, site, allows; build it, hand it over)": 1,
+        "ENTER: the regions (context variable; inside the above)": 1,
+        "ENTER: is torch compiling (inside the above)": 1,
+        "ENTER: the user's site (inside the above)": 1, "ENTER: build the call (inside the above)": 1,
+        "ENTER: hand it to the region(s) (inside the above)": 1, "ENTER: release the GIL": 1,
+        "EXIT: stamp the call's duration (no GIL)": 1}
     assert all(n == 0 for _, n in hub.fast.timing(False).values())
     assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [
         (1, 2), (3, 4), (5, 6)]
@@ -961,8 +945,11 @@ def test_the_c_callbacks_calls_read_as_the_python_callbacks_cudacalls():
                     (41, 2, C.MemcpyAsyncParams(dst=0x3000, src=0x1000, count=8, kind=3, stream=0)),
                     (7, 3, C.MemcpyAsyncParams(dst=0x9000, src=0x1000, count=2, kind=2)),
                     (131, 4, C.StreamParams(stream=7))):
-                # (a driver call nested under the stream sync)
-                _fire_call(hub, 2, cbid, corr, params, nested=(1, 126, 5) if cbid == 131 else None)
+                _fire(hub, 2, cbid, C.API_ENTER, corr, params)
+                if cbid == 131:  # a driver call nested under the runtime one
+                    _fire(hub, 1, 126, C.API_ENTER, 5, params)
+                    _fire(hub, 1, 126, C.API_EXIT, 5, params)
+                _fire(hub, 2, cbid, C.API_EXIT, corr, params)
         finally:
             routing.regions.reset(token)
             hub.release(region)
@@ -976,12 +963,15 @@ def test_the_c_callbacks_calls_read_as_the_python_callbacks_cudacalls():
     assert all(isinstance(o.t_ns, int) for o in seen["c"]) and "api='cudaMemcpyAsync'" in repr(seen["c"][0])
 
 
-def _fire_call_from(hub, line, domain, cbid, corr, params=None, nested=None):
-    """_fire_call from one of two lines of this function (``line`` 1 or 2): two user sites."""
+def _fire_from(hub, line, domain, cbid, site, corr, params=None):
+    """_fire from one of two lines of this function (``line`` 1 or 2): two user sites."""
+    data = C.CallbackData(callbackSite=site, correlationId=corr,
+                          functionParams=ctypes.addressof(params) if params is not None else None)
+    addr, fast = ctypes.addressof(data), hub.fast
     if line == 1:
-        _fire_call(hub, domain, cbid, corr, params, nested)
+        fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)
     else:
-        _fire_call(hub, domain, cbid, corr, params, nested)
+        fast.fire(domain, cbid, addr) if fast else hub._callback(None, domain, cbid, addr)
 
 
 def _run_program(path, program):
@@ -1019,8 +1009,11 @@ def _run_program(path, program):
                                              kind=kind, stream=stream)
             else:
                 cbid, params = 131, C.StreamParams(stream=step[2])
-            _fire_call_from(hub, line, domain, cbid, i, params,
-                            nested=(1, 126, 1000 + i) if cbid == 131 else None)
+            _fire_from(hub, line, domain, cbid, C.API_ENTER, i, params)
+            if cbid == 131:
+                _fire_from(hub, line, 1, 126, C.API_ENTER, 1000 + i, params)
+                _fire_from(hub, line, 1, 126, C.API_EXIT, 1000 + i, params)
+            _fire_from(hub, line, domain, cbid, C.API_EXIT, i, params)
     finally:
         while allow_tokens:
             routing.allows.reset(allow_tokens.pop())
@@ -1182,18 +1175,13 @@ def test_no_region_outlives_its_exit_in_the_c_callbacks_memory(calls):
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-@pytest.mark.parametrize("kind, deferring", [(2, True), (1, False), (3, True)])
-def test_the_c_callback_hands_a_call_over_at_enter_and_stamps_its_duration_at_exit(kind, deferring):
+def test_the_c_callback_hands_a_call_over_at_enter_and_stamps_its_duration_at_exit():
     """The C callback builds a kept call at ENTER, hands it to the region then, and at EXIT only
     writes its duration into it, without the GIL (fake libcupti, no GPU): in flight, the call is
     already the region's with ``blocked_us`` None; a nested driver call adds its correlation id
     to it; after EXIT it has a duration; and the thread's own hold on it ends when the hub
-    switches the callbacks off (its reference count drops by one). So for a copy from the
-    device (kind 2), and for one to it (kind 1) with deferring off; a device-to-device copy
-    (kind 3) never waits, so it is handed over with no duration at all."""
-    hub, region, _ = _c_hub_with_a_copy()
-    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4, kind=kind, stream=0)
-    was = hub.fast.deferring(deferring)
+    switches the callbacks off (its reference count drops by one)."""
+    hub, region, copy = _c_hub_with_a_copy()
     token = routing.regions.set((region,))
     try:
         _fire(hub, 2, 41, C.API_ENTER, 1, copy)
@@ -1204,79 +1192,12 @@ def test_the_c_callback_hands_a_call_over_at_enter_and_stamps_its_duration_at_ex
         _fire(hub, 2, 41, C.API_EXIT, 1, copy)
     finally:
         routing.regions.reset(token)
-        hub.fast.deferring(was)
     held = sys.getrefcount(call)
     hub.release(region)
     assert in_flight == (None, (1,)) and hub.fast.errors() == 0
-    assert region.observations == [call] and call.correlation == ((1,) if kind == 3 else (1, 2))
-    if kind == 3:
-        assert call.blocked_us is None
-    else:
-        assert isinstance(call.blocked_us, float) and call.blocked_us >= 0
-        assert sys.getrefcount(call) == held - 1
-
-
-@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-def test_the_c_callback_keeps_an_async_copy_to_the_device_at_its_exit():
-    """Deferring (the default): an async host-to-device copy is handed to the region at its
-    EXIT, not before (fake libcupti, no GPU); it carries the correlation ids of the driver calls
-    made under it, a duration from its ENTER to its EXIT (a 20 ms sleep between them here), the
-    site of its stack, and the thread's hold on it ends when the callbacks go off."""
-    hub, region, copy = _c_hub_with_a_copy()
-    token = routing.regions.set((region,))
-    try:
-        _fire(hub, 2, 41, C.API_ENTER, 1, copy)
-        in_flight = list(region.observations)
-        _fire(hub, 1, 17, C.API_ENTER, 2)
-        _fire(hub, 1, 17, C.API_EXIT, 2)
-        time.sleep(0.02)
-        _fire(hub, 2, 41, C.API_EXIT, 1, copy)
-    finally:
-        routing.regions.reset(token)
-    (call,) = region.observations
-    held = sys.getrefcount(call)
-    hub.release(region)
-    assert in_flight == [] and hub.fast.errors() == 0
-    assert (call.api, call.direction, call.correlation) == ("cudaMemcpyAsync", "h2d", (1, 2))
-    assert call.blocked_us >= 20000
-    assert call.site.lineno == marked_line(__file__, "L-FIRE")
+    assert region.observations == [call] and call.correlation == (1, 2)
+    assert isinstance(call.blocked_us, float) and call.blocked_us >= 0
     assert sys.getrefcount(call) == held - 1
-
-
-@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
-def test_a_deferred_copy_on_an_engine_thread_goes_to_python_whole_when_a_backward_began_meanwhile():
-    """A thread with no region, an async host-to-device copy begun while no backward pass ran (so
-    deferred), and a backward pass of a region begun before the copy's EXIT (fake libcupti, no
-    GPU; a bare OS thread stands in for torch's engine thread): the C callback gives the Python
-    callback the copy's ENTER and then its EXIT, and the Python callback hands the copy to the
-    backward's region, as it would have from ENTER."""
-    import _thread
-
-    hub, region, copy = _c_hub_with_a_copy()
-    handed = []
-    python_callback = hub._callback
-    hub._callback = lambda u, d, c, data: (handed.append((d, c, C.CallbackData.from_address(data).callbackSite)),
-                                           python_callback(u, d, c, data))
-    hub.use_fast()  # configured again, with the counting hand-over
-    done = threading.Event()
-
-    def engine():
-        try:
-            _fire(hub, 2, 41, C.API_ENTER, 1, copy)
-            hub.backward.active[1] = ((region,), (), None, "MainThread")  # a backward begins
-            _fire(hub, 2, 41, C.API_EXIT, 1, copy)
-        finally:
-            done.set()
-    try:
-        _thread.start_new_thread(engine, ())
-        assert done.wait(10)
-    finally:
-        hub.backward.active.clear()
-        hub.release(region)
-    assert handed == [(2, 41, C.API_ENTER), (2, 41, C.API_EXIT)] and hub.fast.errors() == 0
-    (call,) = region.observations
-    assert (call.api, call.direction, call.correlation) == ("cudaMemcpyAsync", "h2d", (1,))
-    assert call.thread.startswith("autograd engine") and call.blocked_us is not None
 
 
 def _any_calls():

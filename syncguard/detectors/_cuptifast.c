@@ -57,9 +57,8 @@ enum { ROLE_SYNC = 1, ROLE_COPY = 2, ROLE_FREE = 3 };
 enum { SPEC_NONE = 0, SPEC_STREAM = 1, SPEC_MEMCPY = 2, SPEC_MEMCPY2D = 3, SPEC_DRV_COPY = 4,
        SPEC_DRV_COPY_ASYNC = 5 };
 enum { DIR_NONE = 0, DIR_H2D = 1, DIR_D2H = 2, DIR_D2D = 3, DIR_H2H = 4 };
-/* MODE_PAIRED: the thread's stream sync in flight rides on its kept copy (see pair_with());
- * MODE_DEFERRED: the thread's async host-to-device copy in flight, kept at its EXIT (deferred()) */
-enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2, MODE_PAIRED = 3, MODE_DEFERRED = 4 };
+/* MODE_PAIRED: the thread's stream sync in flight rides on its kept copy (see pair_with()) */
+enum { MODE_IDLE = 0, MODE_KEPT = 1, MODE_PYTHON = 2, MODE_PAIRED = 3 };
 #define MAXCB 4096
 #define MAXCORR 8
 
@@ -99,7 +98,7 @@ static long errors;
  * untimed cost). Summed by the thread that ran the piece, without a lock: a probe times one
  * thread. */
 enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_REGIONS, P_COMPILING, P_SITE, P_BUILD,
-       P_DELIVER, P_ENTER_RELEASE, P_LEAVE, P_DEFER_NOTE, P_DEFER_KEEP, NPIECES };
+       P_DELIVER, P_ENTER_RELEASE, P_LEAVE, NPIECES };
 static const char *piece_names[NPIECES] = {
     "callback (every invocation, whole)", "nested driver callback (no GIL)",
     "ENTER: take the GIL",
@@ -108,9 +107,7 @@ static const char *piece_names[NPIECES] = {
     "ENTER: is torch compiling (inside the above)", "ENTER: the user's site (inside the above)",
     "ENTER: build the call (inside the above)",
     "ENTER: hand it to the region(s) (inside the above)", "ENTER: release the GIL",
-    "EXIT: stamp the call's duration (no GIL)",
-    "ENTER: note a deferred copy's start (no GIL; kept at its EXIT)",
-    "EXIT: keep a deferred copy (the GIL, then what ENTER does for a call: its pieces above)"};
+    "EXIT: stamp the call's duration (no GIL)"};
 static int timing_on;
 static int64_t piece_ns[NPIECES];
 static long piece_n[NPIECES];
@@ -136,10 +133,6 @@ typedef struct {
      * keeps it, as it keeps its last call: one small dict per such thread. */
     PyObject *tls_dict;
     long tls_epoch;
-    /* MODE_DEFERRED: when the copy began, and the correlation ids of the driver calls under it */
-    int64_t pend_t0;
-    int pend_ncorr;
-    uint32_t pend_corr[MAXCORR];
 } ThreadState;
 static long config_epoch = 1; /* bumped by configure(): every thread's tls_dict is stale */
 static __thread ThreadState T;
@@ -653,11 +646,9 @@ static int fold_into(const Call *prev, const Entry *e, PyObject *regions, PyObje
 }
 
 /* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
- * thread's last kept call, done (borrowed), which a stream sync may complete (pair_with).
- * ``at_exit``: a deferred copy, kept at its EXIT (deferred()); d is then the EXIT's data, whose
- * parameters and correlation id are the ENTER's. */
+ * thread's last kept call, done (borrowed), which a stream sync may complete (pair_with). */
 static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d,
-                  Call *prev, int at_exit) {
+                  Call *prev) {
     /* the call's own parameters first: plain reads, no Python */
     int dir = e->dir;
     uint64_t stream = 0, src = 0, dst = 0, nbytes = 0;
@@ -699,14 +690,6 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         PyObject *owner = no_wait ? engine_owner() : NULL;
         if (PyErr_Occurred()) goto error;
         if (!owner) {
-            if (at_exit) { /* the Python callback sees the call whole: its ENTER, then its EXIT
-                            * (the driver calls under it, gone by, are not forwarded) */
-                CallbackData begun = *d;
-                begun.callbackSite = 0;
-                forward(NULL, domain, cbid, &begun);
-                forward(NULL, domain, cbid, d);
-                return;
-            }
             t->mode = MODE_PYTHON;
             forward(NULL, domain, cbid, d);
             return;
@@ -812,29 +795,6 @@ static void leave(ThreadState *t) {
     t->mode = MODE_IDLE;
 }
 
-/* Whether this outermost call's keeping waits for its EXIT: an async host-to-device copy, and
- * no backward pass running (read without the GIL: a hint; if one starts meanwhile, deferred()
- * hands the call to Python whole). Such a copy has queued its transfer when it returns (from
- * pageable memory, once staged), so the work of keeping it (the GIL, the regions, the user's
- * site; ~0.5 us) overlaps the transfer, which a stream sync after it waits for, instead of
- * delaying the copy's start: torch 2.8's merge is such a copy and its sync, 100 times. A copy
- * from the device waits for its data when the host memory is pageable, so it is kept at ENTER,
- * before that wait, as every other call is. */
-static int deferring = 1;
-
-static inline int deferrable(const Entry *e, const CallbackData *d) {
-    if (!deferring || e->role != ROLE_COPY || !e->is_async) return 0;
-    if (backward_active && PyDict_GET_SIZE(backward_active)) return 0;
-    int dir = e->dir;
-    const void *p = d->functionParams;
-    if (!dir && p && e->spec == SPEC_MEMCPY) dir = memcpy_dir(((const MemcpyParams *)p)->kind);
-    else if (!dir && p && e->spec == SPEC_MEMCPY2D) dir = memcpy_dir(((const Memcpy2DParams *)p)->kind);
-    return dir == DIR_H2D;
-}
-
-static void deferred(ThreadState *t, const Entry *e, int domain, uint32_t cbid,
-                     const CallbackData *d);
-
 #if PY_VERSION_HEX >= 0x030D0000
 #define FINALIZING() Py_IsFinalizing()
 #else
@@ -883,8 +843,6 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             if (t->mode == MODE_KEPT) {
                 Call *c = t->call; /* a C field of the call this thread holds: no GIL needed */
                 if (c->ncorr < MAXCORR) c->corr[c->ncorr++] = d->correlationId;
-            } else if (t->mode == MODE_DEFERRED) {
-                if (t->pend_ncorr < MAXCORR) t->pend_corr[t->pend_ncorr++] = d->correlationId;
             } else if (t->mode == MODE_PYTHON) {
                 Held h = hold();
                 forward(userdata, domain, cbid, d);
@@ -893,20 +851,13 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             TADD(P_NESTED, t0);
             return;
         }
-        if (deferrable(e, d)) { /* kept at its EXIT: nothing more now, and no GIL */
-            t->mode = MODE_DEFERRED;
-            t->pend_ncorr = 0;
-            t->pend_t0 = now_ns();
-            TADD(P_DEFER_NOTE, t0);
-            return;
-        }
         Held h = hold();
         TADD(P_ENTER_GIL, t0);
         int64_t t1 = T0();
         Call *prev = t->call; /* the last call, done: let go of now that the GIL is held, once */
         t->call = NULL;       /* a stream sync has seen whether it completes it */
         t->mode = MODE_IDLE;
-        enter(t, e, domain, cbid, d, prev, 0);
+        enter(t, e, domain, cbid, d, prev);
         Py_XDECREF(prev);
         TADD(P_ENTER, t1);
         int64_t t2 = T0();
@@ -922,43 +873,13 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             if (!depth) t->mode = MODE_IDLE;
             return;
         }
-        if (depth || (t->mode != MODE_KEPT && t->mode != MODE_PAIRED && t->mode != MODE_DEFERRED)) {
+        if (depth || (t->mode != MODE_KEPT && t->mode != MODE_PAIRED)) {
             if (depth) TADD(P_NESTED, t0);
-            return;
-        }
-        if (t->mode == MODE_DEFERRED) {
-            deferred(t, e, domain, cbid, d);
-            TADD(P_DEFER_KEEP, t0);
             return;
         }
         leave(t);
         TADD(P_LEAVE, t0);
     }
-}
-
-/* A deferred copy's EXIT: kept now, as ENTER keeps any other call (same prev, same rules: it may
- * fold into the copy before it), then given the driver calls seen under it, its start and its
- * duration. */
-static void deferred(ThreadState *t, const Entry *e, int domain, uint32_t cbid,
-                     const CallbackData *d) {
-    int64_t t1 = now_ns();
-    Held h = hold();
-    Call *prev = t->call;
-    t->call = NULL;
-    t->mode = MODE_IDLE;
-    enter(t, e, domain, cbid, d, prev, 1);
-    Py_XDECREF(prev);
-    if (t->mode == MODE_KEPT) { /* built or folded into prev: t->call is the copy's Call */
-        Call *c = t->call;
-        for (int i = 0; i < t->pend_ncorr && c->ncorr < MAXCORR; i++)
-            c->corr[c->ncorr++] = t->pend_corr[i];
-        c->t0 = t->pend_t0;
-        /* microseconds to one decimal, as leave() */
-        c->blocked = (double)llround((double)(t1 - t->pend_t0) / 100.0) / 10.0;
-        c->has_blocked = 1;
-        t->mode = MODE_IDLE;
-    }
-    unhold(h);
 }
 
 static void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
@@ -1133,16 +1054,6 @@ static PyObject *fn_folding(PyObject *self, PyObject *arg) {
     if (on < 0) return NULL;
     folding = on;
     Py_RETURN_NONE;
-}
-
-static PyObject *fn_deferring(PyObject *self, PyObject *arg) {
-    /* deferring(on) -> whether it was on: async host-to-device copies kept at EXIT (the
-     * default) or at ENTER, as every other call (tests and tools/probe_defer.py) */
-    int on = PyObject_IsTrue(arg);
-    if (on < 0) return NULL;
-    int was = deferring;
-    deferring = on;
-    return PyBool_FromLong(was);
 }
 
 static PyObject *fn_new_generation(PyObject *self, PyObject *noargs) {
@@ -1835,8 +1746,6 @@ static PyMethodDef methods[] = {
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"folding", fn_folding, METH_O,
      "folding(on): fold a run of like async copies into one Call (host memory told by pointer)"},
-    {"deferring", fn_deferring, METH_O,
-     "deferring(on) -> was on: keep async host-to-device copies at their EXIT (default) or ENTER"},
     {"timing", fn_timing, METH_VARARGS,
      "timing(on) -> {piece: (ns, count)} since the last call (then zeroed); on: time from now"},
     {"errors", fn_errors, METH_NOARGS, "Exceptions swallowed inside the callback so far."},
