@@ -7,6 +7,7 @@ the tests accept that error only where CUDA is absent.
 from __future__ import annotations
 
 import inspect
+import pathlib
 import threading
 
 import pytest
@@ -15,6 +16,12 @@ import torch.cuda as tc
 
 from syncguard import cpupath
 from syncguard.cpupath import WRAPPED_NAMES, cpu_path_audit
+
+
+def _source_line(lineno: int) -> str:
+    """Line ``lineno`` of this file, as written (the file closed after reading)."""
+    return pathlib.Path(__file__).read_text().splitlines()[lineno - 1]
+
 
 CUDA = torch.cuda.is_available()
 
@@ -53,7 +60,7 @@ def test_pin_memory_requests_are_flagged_at_the_callers_line(factory):
     assert f.api.endswith("(pin_memory=True)")
     # the lambda's line is where the request is written
     assert f.filename == __file__ and f.function == "<lambda>"
-    assert "pin_memory=True" in open(__file__).read().splitlines()[f.lineno - 1]
+    assert "pin_memory=True" in _source_line(f.lineno)
 
 
 def test_tensor_pin_memory_is_flagged_with_file_and_line():
@@ -93,7 +100,7 @@ def test_cuda_stream_and_event_apis_are_flagged(name, call):
     assert [f.api for f in report.findings] == [f"torch.cuda.{name}()"], report.format()
     f = report.findings[0]  # at the lambda that makes the call
     assert f.filename == __file__
-    assert f"tc.{name}()" in open(__file__).read().splitlines()[f.lineno - 1]
+    assert f"tc.{name}()" in _source_line(f.lineno)
 
 
 def test_cuda_stream_context_is_flagged_even_as_a_no_op():
