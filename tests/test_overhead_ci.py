@@ -31,6 +31,39 @@ def test_the_interval_holds_the_median_and_is_reproducible():
         oc.bootstrap([], target=1.05)
 
 
+def test_blocks_are_resampled_whole():
+    """Block bootstrap: one block holding every round can only be drawn whole, so every
+    resampled median is the median itself; the same rounds drawn singly spread."""
+    ratios = [1.0 + (i % 7) / 100 for i in range(42)]
+    med, lo, hi, _ = oc.bootstrap(ratios, target=1.05, block=42)
+    assert lo == hi == med
+    _, lo1, hi1, _ = oc.bootstrap(ratios, target=1.05, block=1)
+    assert lo1 < hi1
+
+
+def test_single_round_blocks_draw_as_before_blocks_existed():
+    """block=1 keeps the draws the committed table was first made with (random.choices over the
+    rounds, seed 0): the median of each resample, recomputed here by hand."""
+    import random
+    ratios = [1.0 + ((i * 37) % 101) / 1000 for i in range(101)]
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=101)) for _ in range(4000))
+    assert oc.bootstrap(ratios, target=1.05)[1:3] == (meds[99], meds[3899])
+
+
+@pytest.mark.parametrize("n, rounds", [(9, 18), (4, 4), (3, 6)])
+def test_a_cycle_is_the_williams_rows_of_the_first_rounds_configurations(n, rounds):
+    doc = {"round_orders": {"w": [[f"c{i}" for i in range(n)]] * 5 + [["p1", "p2"]]}}
+    assert oc.cycle(doc, "w") == rounds
+
+
+def test_blocks_that_do_not_divide_the_rounds_are_refused():
+    with pytest.raises(ValueError, match="blocks of 4"):
+        oc.bootstrap([1.0] * 10, target=1.05, block=4)
+    with pytest.raises(ValueError, match="round_orders"):
+        oc.cycle({}, "w")
+
+
 def test_a_round_is_divided_by_the_bare_loop_of_the_same_round():
     rounds = {"bare": [10.0, 20.0], "audit(cuda) pointer": [11.0, 21.0]}
     assert oc.paired_ratios(rounds) == [1.1, 1.05]
