@@ -323,6 +323,23 @@ def after_each(times: dict, orders: list, name: str, scale: float = 1e3) -> dict
     return {k: round(statistics.median(v) * scale, 3) for k, v in sorted(by.items())}
 
 
+def phase_one() -> dict:
+    """The configurations timed before any profiler (name -> context-manager factory), in the
+    order the design indexes them: bare first, the default among them."""
+    return {
+        "bare": bare,
+        "bare (A/A control)": bare,
+        "cupti: subscribed, no id enabled": cupti_raw("c", "none"),
+        "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
+        "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
+        DEFAULT: cuda_with("pointer", DEFAULT),
+        "audit(cuda) pointer, Python callback": cuda_with("pointer", "audit(cuda) pointer, Python callback",
+                                                          "python"),
+        "audit(cuda) activity": cuda_with("activity", "audit(cuda) activity"),
+        "audit(debug,trace) fallback": lambda: syncguard.audit(("debug", "trace")),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -339,18 +356,7 @@ def main():
     if a.cprofile:
         return cprofile_merges(st, a.out)
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
-    before = {
-        "bare": bare,
-        "bare (A/A control)": bare,
-        "cupti: subscribed, no id enabled": cupti_raw("c", "none"),
-        "cupti: detector's ids, C no-op callback": cupti_raw("c", "detector"),
-        "cupti: detector's ids, Python no-op callback": cupti_raw("py", "detector"),
-        DEFAULT: cuda_with("pointer", DEFAULT),
-        "audit(cuda) pointer, Python callback": cuda_with("pointer", "audit(cuda) pointer, Python callback",
-                                                          "python"),
-        "audit(cuda) activity": cuda_with("activity", "audit(cuda) activity"),
-        "audit(debug,trace) fallback": lambda: syncguard.audit(("debug", "trace")),
-    }
+    before = phase_one()
     # Phase 2: profiler configurations (after them CUPTI stays held by Kineto).
     after = {
         "bare (again)": bare,
