@@ -46,3 +46,33 @@ def gpu_probe_args(rounds: int):
     if why:
         raise SystemExit(f"cuda detector unavailable: {why}")
     return args
+
+
+def probe_main(argv, run, render, stem: str, size: str, default: int) -> int:
+    """A probe's command line: ``run(size)`` times it and DIR/STEM-<torch>.{json,md} are written
+    (``--out DIR``, default $OUT); or ``--render FILE.json`` writes them again from a committed
+    run, so a table is rebuilt from its evidence and never edited. ``size``: the option that
+    sizes a run (``--rounds``, ``--pairs``)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument(size, type=int, default=default)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--render", metavar="FILE.json")
+    a = ap.parse_args(argv)
+    if a.render:
+        with open(a.render) as fh:
+            doc = json.load(fh)
+    else:
+        doc = run(getattr(a, size.lstrip("-").replace("-", "_")))
+    emit_doc(doc, render(doc), a.out, f"{stem}-{doc['torch'].split('+')[0]}")
+    return 0
+
+
+def commit_label(state: dict) -> str:
+    """A result's commit as its title prints it: the short hash, and "(with changes)" where the
+    tree was dirty. ``state``: ``provenance.git_state``'s dict, or a probe JSON's own fields."""
+    return (state.get("commit") or "unknown")[:7] + (" (with changes)" if state.get("dirty") else "")
+
+
+def probe_title(what: str, doc: dict) -> str:
+    """A GPU probe's markdown title: what it measured, on which GPU, torch and commit."""
+    return f"# {what} · {doc['gpu']} · torch {doc['torch']} · commit {commit_label(doc)}"

@@ -24,8 +24,6 @@ times, seed 0). The region opens and closes inside each timed loop, as in the be
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import statistics
@@ -38,20 +36,9 @@ RESAMPLES = 4000
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=12)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--render", metavar="FILE.json")
-    a = ap.parse_args(argv)
-    if a.render:
-        with open(a.render) as fh:
-            doc = json.load(fh)
-    else:
-        doc = run(a.pairs)
-    from bench import emit_doc
+    from bench import probe_main
 
-    emit_doc(doc, render(doc), a.out, f"design-{doc['torch'].split('+')[0]}")
-    return 0
+    return probe_main(argv, run, render, "design", "--pairs", 12)
 
 
 def run(pairs: int) -> dict:
@@ -117,9 +104,9 @@ def difference(nine: list[float], two: list[float], block: int = BLOCK, seed: in
 
 
 def render(doc: dict) -> list[str]:
-    commit = (doc.get("commit") or "unknown")[:7] + (" (with changes)" if doc.get("dirty") else "")
-    lines = [f"# The benchmark's design and the default's reading · {doc['gpu']} · torch "
-             f"{doc['torch']} · commit {commit}", "",
+    from bench import probe_title
+
+    lines = [probe_title("The benchmark's design and the default's reading", doc), "",
              f"`tools/probe_design.py --pairs {doc['pairs']}`; {doc['callback']}. Per workload, "
              f"{doc['pairs']} pairs of blocks of {doc['block_rounds']} rounds, one block of each "
              "design per pair, their order alternating: `nine` is one cycle of the overhead "

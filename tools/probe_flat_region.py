@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 
 import bench.bench_callback as bench  # noqa: E402
-from bench import emit  # noqa: E402
+from bench import commit_label, emit  # noqa: E402
 import syncguard  # noqa: E402
 from syncguard.attribution import is_tracing  # noqa: E402
 from syncguard.detectors import cuda as cuda_mod  # noqa: E402
@@ -157,7 +157,7 @@ def main():
                     got[name][1].append((t3 - t2) * 1e6)
         assert not hub.subscribed and hub.users == 0 and not hub.regions
     git = git_state(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) or {}
-    commit = (git.get("commit") or "unknown")[:7] + (" (with changes)" if git.get("dirty") else "")
+    commit = commit_label(git)
     where = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     lines = [f"# A cold region's entry and exit against its essential work · {where} · python "
              f"{sys.version.split()[0]} · torch {torch.__version__} · commit {commit}", "",

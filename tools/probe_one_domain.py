@@ -22,7 +22,6 @@ interval (``tools/overhead_ci.bootstrap``).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -88,11 +87,10 @@ def _over(times: dict, k: str, base: str) -> list[float]:
 
 
 def render(doc: dict) -> list[str]:
+    from bench import probe_title
     from overhead_ci import bootstrap
 
-    commit = (doc.get("commit") or "unknown")[:7] + (" (with changes)" if doc.get("dirty") else "")
-    lines = [f"# The default detector watching one CUPTI domain · {doc['gpu']} · torch "
-             f"{doc['torch']} · commit {commit}", "",
+    lines = [probe_title("The default detector watching one CUPTI domain", doc), "",
              f"`tools/probe_one_domain.py --rounds {doc['rounds']}`; {doc['callback']}; "
              f"{doc['rounds']} rounds in a Williams design. Ids enabled: "
              + ", ".join(f"{k}: {n}" for k, n in doc["ids"].items()) + ". × bare: median over "
@@ -115,22 +113,9 @@ def render(doc: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    import argparse
+    from bench import probe_main
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=216)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--render", metavar="FILE.json")
-    a = ap.parse_args(argv)
-    if a.render:
-        with open(a.render) as fh:
-            doc = json.load(fh)
-    else:
-        doc = run(a.rounds)
-    from bench import emit_doc
-
-    emit_doc(doc, render(doc), a.out, f"one-domain-{doc['torch'].split('+')[0]}")
-    return 0
+    return probe_main(argv, run, render, "one-domain", "--rounds", 216)
 
 
 if __name__ == "__main__":

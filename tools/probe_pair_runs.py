@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.abspath(a.tree))
 
 import bench.bench_callback as B  # noqa: E402
 import syncguard  # noqa: E402
-from bench import emit  # noqa: E402
+from bench import commit_label, emit  # noqa: E402
 from syncguard.detectors import cupti as C  # noqa: E402
 from syncguard.provenance import git_state  # noqa: E402
 
@@ -74,7 +74,7 @@ def main():
                 outside.append((t3 - t2) / 1e3)
     enter, leave = B._region_cold(a.rounds, pairs=True)
     git = git_state(os.path.abspath(a.tree)) or {}
-    commit = (git.get("commit") or "unknown")[:7] + (" (with changes)" if git.get("dirty") else "")
+    commit = commit_label(git)
     lines = [f"# 100 copy-and-sync pairs from one line through the C callback · CPU · python "
              f"{sys.version.split()[0]} · commit {commit}", "",
              f"`tools/probe_pair_runs.py --rounds {a.rounds}` (the stand-in hub; medians, µs):", "",
