@@ -323,6 +323,17 @@ def after_each(times: dict, orders: list, name: str, scale: float = 1e3) -> dict
     return {k: round(statistics.median(v) * scale, 3) for k, v in sorted(by.items())}
 
 
+def loop_state() -> dict:
+    """What the workloads' loops run on: a small tensor for the tiny kernels and the merges'."""
+    return {"y": torch.zeros(16, device="cuda"), **merge_state()}
+
+
+def workloads() -> tuple:
+    """(name, loop) of the three workloads, in the order every table lists them."""
+    return (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
+            ("transformer training step", train_step()))
+
+
 def phase_one() -> dict:
     """The configurations timed before any profiler (name -> context-manager factory), in the
     order the design indexes them: bare first, the default among them."""
@@ -352,7 +363,7 @@ def main():
                     help="instead of the timings: cProfile 100 merges under audit(cuda) and write "
                          "where the Python time goes (OUT/overhead-cprofile-<torch>.txt)")
     a = ap.parse_args()
-    st = {"y": torch.zeros(16, device="cuda"), **merge_state()}
+    st = loop_state()
     if a.cprofile:
         return cprofile_merges(st, a.out)
     # Phase 1: no profiler has run yet, so the cuda detector can subscribe.
@@ -363,22 +374,21 @@ def main():
         "profiler cpu+cuda, stacks": prof([ProfilerActivity.CPU, ProfilerActivity.CUDA], True),
         "audit(debug,trace,profile)": lambda: syncguard.audit(("debug", "trace", "profile")),
     }
-    workloads = (("2000 tiny kernels", tiny_loop), ("100 merges", merge_loop),
-                 ("transformer training step", train_step()))
+    loops = workloads()
     try:  # before any profiler configuration takes CUPTI; a failure must not lose the timings
         pieces = region_pieces()
         breakdown = {w: region_breakdown(work, st) for w, work in (("100 merges", merge_loop),
                                                                     ("2000 tiny kernels", tiny_loop))}
     except Exception as e:
         pieces, breakdown = {f"failed: {e!r}": 0}, {}
-    results = {w: {} for w, _ in workloads}
+    results = {w: {} for w, _ in loops}
     calls = {}
     exits = {}
     a.rounds = whole_cycles(a.rounds, len(before))
     profiler_rounds = whole_cycles(a.profiler_rounds or a.rounds, len(after))
     orders: dict = {}  # workload -> the configurations' order, round by round (both phases)
     for configs, rounds in ((before, a.rounds), (after, profiler_rounds)):
-        for wname, work in workloads:
+        for wname, work in loops:
             if configs is before:
                 EXIT_MS.clear()
                 ENTER_MS.clear()

@@ -35,9 +35,15 @@ from bench.design import williams  # noqa: E402
 CONFIG = "audit(cuda) pointer"  # the default detector's row, as in the README's tables
 
 
-def paired_ratios(rounds_ms: dict, config: str = CONFIG) -> list[float]:
-    """The configuration's time over the bare loop's, round by round."""
-    return [x / b for x, b in zip(rounds_ms[config], rounds_ms["bare"])]
+def paired_ratios(rounds_ms: dict, config: str = CONFIG, base: str = "bare") -> list[float]:
+    """The configuration's time over the ``base`` loop's (bare), round by round."""
+    return [x / b for x, b in zip(rounds_ms[config], rounds_ms[base])]
+
+
+def interval(ordered: list[float]) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentile of resampled statistics, already sorted."""
+    n = len(ordered)
+    return ordered[int(0.025 * (n - 1))], ordered[int(0.975 * (n - 1))]
 
 
 def bootstrap(ratios: list[float], target: float, resamples: int = 4000, seed: int = 0,
@@ -53,7 +59,7 @@ def bootstrap(ratios: list[float], target: float, resamples: int = 4000, seed: i
     blocks = [ratios[i:i + block] for i in range(0, len(ratios), block)]
     meds = sorted(statistics.median([x for b in rng.choices(blocks, k=len(blocks)) for x in b])
                   for _ in range(resamples))
-    lo, hi = meds[int(0.025 * (resamples - 1))], meds[int(0.975 * (resamples - 1))]
+    lo, hi = interval(meds)
     return statistics.median(ratios), lo, hi, sum(m <= target for m in meds) / resamples
 
 

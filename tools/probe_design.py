@@ -30,6 +30,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/, for overhead_ci
+
+from overhead_ci import interval, paired_ratios  # noqa: E402
 
 BLOCK = 18  # rounds per block: one Williams cycle of nine configurations, nine of two
 RESAMPLES = 4000
@@ -54,11 +57,10 @@ def run(pairs: int) -> dict:
         raise SystemExit(f"cuda detector unavailable: {why}")
     nine = bo.phase_one()
     designs = {"nine": nine, "two": {"bare": nine["bare"], bo.DEFAULT: nine[bo.DEFAULT]}}
-    st = {"y": torch.zeros(16, device="cuda"), **bo.merge_state()}
-    workloads = (("2000 tiny kernels", bo.tiny_loop), ("100 merges", bo.merge_loop),
-                 ("transformer training step", bo.train_step()))
+    st = bo.loop_state()
+    loops = bo.workloads()
     out = {}
-    for wname, work in workloads:
+    for wname, work in loops:
         for cm in nine.values():  # warm-up of every path
             bo.timed(work, cm, st)
         got = {d: {"default_ms": [], "bare_ms": []} for d in designs}
@@ -83,7 +85,7 @@ def run(pairs: int) -> dict:
 
 def ratios(d: dict) -> list[float]:
     """The default's loop over the bare loop of the same round, round by round."""
-    return [x / b for x, b in zip(d["default_ms"], d["bare_ms"])]
+    return paired_ratios(d, "default_ms", "bare_ms")
 
 
 def difference(nine: list[float], two: list[float], block: int = BLOCK, seed: int = 0):
@@ -98,9 +100,7 @@ def difference(nine: list[float], two: list[float], block: int = BLOCK, seed: in
         drawn = rng.choices(pairs, k=len(pairs))
         diffs.append(statistics.median([x for n, _ in drawn for x in n])
                      - statistics.median([x for _, t in drawn for x in t]))
-    diffs.sort()
-    return (statistics.median(nine) - statistics.median(two),
-            diffs[int(0.025 * (RESAMPLES - 1))], diffs[int(0.975 * (RESAMPLES - 1))])
+    return (statistics.median(nine) - statistics.median(two), *interval(sorted(diffs)))
 
 
 def render(doc: dict) -> list[str]:

@@ -29,6 +29,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/, for overhead_ci
 
+from overhead_ci import bootstrap, paired_ratios  # noqa: E402
+
 SHIPPED = "audit(cuda), both domains (shipped)"
 DOMAINS = {SHIPPED: (1, 2), "audit(cuda), driver ids only": (1,),
            "audit(cuda), runtime ids only": (2,)}
@@ -55,12 +57,11 @@ def run(rounds: int) -> dict:
         HUB.use_fast()
 
     configs = {"bare": bo.bare, **{name: bo.cuda_with("pointer", name) for name in DOMAINS}}
-    st = {"y": torch.zeros(16, device="cuda"), **bo.merge_state()}
-    workloads = (("2000 tiny kernels", bo.tiny_loop), ("100 merges", bo.merge_loop),
-                 ("transformer training step", bo.train_step()))
+    st = bo.loop_state()
+    loops = bo.workloads()
     rounds = whole_cycles(rounds, len(configs))
     out = {}
-    for wname, work in workloads:
+    for wname, work in loops:
         for k, cm in configs.items():  # warm-up of every path
             if k in DOMAINS:
                 select(k)
@@ -72,7 +73,7 @@ def run(rounds: int) -> dict:
                     select(k)
                 times[k].append(round(bo.timed(work, cm, st) * 1e3, 4))
         out[wname] = times
-        print(f"{wname}: " + "; ".join(f"{k} {statistics.median(_over(times, k, 'bare')):.3f}x"
+        print(f"{wname}: " + "; ".join(f"{k} {statistics.median(paired_ratios(times, k)):.3f}x"
                                        for k in DOMAINS), flush=True)
     select(SHIPPED)
     git = git_state(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) or {}
@@ -82,13 +83,8 @@ def run(rounds: int) -> dict:
             "ids": ids, "rounds_ms": out}
 
 
-def _over(times: dict, k: str, base: str) -> list[float]:
-    return [x / b for x, b in zip(times[k], times[base])]
-
-
 def render(doc: dict) -> list[str]:
     from bench import probe_title
-    from overhead_ci import bootstrap
 
     lines = [probe_title("The default detector watching one CUPTI domain", doc), "",
              f"`tools/probe_one_domain.py --rounds {doc['rounds']}`; {doc['callback']}; "
@@ -101,11 +97,11 @@ def render(doc: dict) -> list[str]:
              "|---|---|---|---|---|"]
     for wname, times in doc["rounds_ms"].items():
         for k in times:
-            r = _over(times, k, "bare")
+            r = paired_ratios(times, k)
             q1, _, q3 = statistics.quantiles(r, n=4)
             vs = ""
             if k not in ("bare", SHIPPED):
-                med, lo, hi, _ = bootstrap(_over(times, k, SHIPPED), 1.0)
+                med, lo, hi, _ = bootstrap(paired_ratios(times, k, SHIPPED), 1.0)
                 vs = f"{med:.3f} [{lo:.3f}, {hi:.3f}]"
             lines.append(f"| {wname} | {k} | {statistics.median(times[k]):.3f} | "
                          f"{statistics.median(r):.3f} [{q1:.3f}, {q3:.3f}] | {vs} |")
