@@ -60,6 +60,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import syncguard  # noqa: E402
+from bench import _write, emit  # noqa: E402
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, tiny_kernels, train_step  # noqa: E402
 
@@ -363,6 +364,7 @@ def main():
                     help="instead of the timings: cProfile 100 merges under audit(cuda) and write "
                          "where the Python time goes (OUT/overhead-cprofile-<torch>.txt)")
     a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)  # before any timing: a run's results need somewhere to go
     st = loop_state()
     if a.cprofile:
         return cprofile_merges(st, a.out)
@@ -459,9 +461,10 @@ def main():
            "calls_per_workload_call": calls,
            "rounds_ms": {w: {k: [round(x * 1e3, 4) for x in v] for k, v in t.items()}
                          for w, t in results.items()},
-           "round_orders": orders}
-    with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
+           "round_orders": orders, "region_pieces_ms": pieces, "region_breakdown_ms": breakdown}
+    # written now, whole, before the markdown is built from it: nothing timed is lost to a later
+    # failure
+    _write(os.path.join(a.out, f"overhead-{ver}.json"), json.dumps(doc, indent=1))
     md = [f"# Audit overhead · {doc['gpu']} · torch {torch.__version__} · median of {a.rounds} "
           f"interleaved rounds ({doc['profiler_rounds']} for the profiler rows, which are against "
           "`bare (again)`)", "",
@@ -497,10 +500,6 @@ def main():
                    f"{r['observations']} observation(s) at its exit, {r['carrying their stream sync']} "
                    f"of them a copy carrying the stream sync that completed it; {r['events']} event(s)"]
         md.append("")
-    doc["region_pieces_ms"] = pieces
-    doc["region_breakdown_ms"] = breakdown
-    with open(os.path.join(a.out, f"overhead-{ver}.json"), "w") as f:
-        json.dump(doc, f, indent=1)
     md += ["## A cuda region's entry and exit, piece by piece", "",
            "Each step the hub takes, timed alone outside any region (median of 41, ms):", "",
            "| step | ms |", "|---|---|"] + [f"| {k} | {v} |" for k, v in pieces.items()] + [""]
@@ -510,9 +509,7 @@ def main():
     names = list(dict.fromkeys(k for b in breakdown.values() for k in b))
     md += [f"| {n} | " + " | ".join(str(b.get(n, "")) for b in breakdown.values()) + " |" for n in names]
     md.append("")
-    with open(os.path.join(a.out, f"overhead-{ver}.md"), "w") as f:
-        f.write("\n".join(md))
-    print("\n".join(md))
+    emit(md, os.path.join(a.out, f"overhead-{ver}.md"))
 
 
 if __name__ == "__main__":
