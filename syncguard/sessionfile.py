@@ -392,9 +392,10 @@ def _unpack_stacks(doc: dict[str, Any]) -> None:
         raise SchemaError("'frames' is not a list")
     for t in doc["tests"]:
         for key in ("syncs", "allowed", "outside"):
-            for rec in (t.get(key) or []) if isinstance(t, dict) else []:
+            recs = t.get(key) if isinstance(t, dict) else None
+            for rec in recs if isinstance(recs, list) else []:  # other shapes: validation says so
                 stack = rec.get("stack") if isinstance(rec, dict) and "count" in rec else None
-                if stack and all(isinstance(i, int) for i in stack):
+                if isinstance(stack, list) and stack and all(isinstance(i, int) for i in stack):
                     if not all(0 <= i < len(frames) for i in stack):
                         raise SchemaError(f"{t.get('nodeid')}: a stack names a frame past the "
                                           f"{len(frames)} in 'frames'")

@@ -453,6 +453,24 @@ def test_an_error_naming_a_line_breaking_character_is_still_one_line(tmp_path, e
     assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
 
 
+@pytest.mark.parametrize("records", [[{"count": 1, "stack": True}], [{"count": 1, "stack": 7}], 5])
+def test_a_stack_or_record_list_of_the_wrong_shape_is_one_line(tmp_path, records):
+    """Why: hypothesis found a sync record whose packed stack was ``true``; unpacking the stacks
+    iterated it and raised TypeError, a traceback instead of the one-line error."""
+    good = tmp_path / "good.json"
+    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
+    raw = json.loads(good.read_text())
+    raw["tests"] = [{"nodeid": "t.py::x", "audit": "audited", "syncs": records}]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(raw))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli.main(["report", str(good), str(bad), "--allow-mixed-commits"])
+    assert code == 2
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
+
+
 def test_help_is_plain_text_and_names_every_default(capsys):
     assert cli.main(["--help"]) == 0
     top = capsys.readouterr().out
