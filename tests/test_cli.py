@@ -435,40 +435,39 @@ def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_fac
         assert "Traceback" not in err.getvalue()
 
 
-@pytest.mark.parametrize("entry", ["\f", "a\u2028b", {"nodeid": "t\x1c::x", "audit": "?"}])
-def test_an_error_naming_a_line_breaking_character_is_still_one_line(tmp_path, entry):
-    """Why: hypothesis found a report whose test entry was a form feed; the error quoted it, and
-    str.splitlines() (like a terminal or a CI log parser) made two lines of the message."""
+def _report_with_tests(tmp_path, tests) -> tuple[int, str]:
+    """``syncguard report`` on a good report and a copy of it whose ``tests`` are ``tests``:
+    (exit code, stderr)."""
     good = tmp_path / "good.json"
     shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
     raw = json.loads(good.read_text())
-    raw["tests"] = [entry]
+    raw["tests"] = tests
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(raw))
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(["report", str(good), str(bad), "--allow-mixed-commits"])
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("entry", ["\f", "a\u2028b", {"nodeid": "t\x1c::x", "audit": "?"}])
+def test_an_error_naming_a_line_breaking_character_is_still_one_line(tmp_path, entry):
+    """Why: hypothesis found a report whose test entry was a form feed; the error quoted it, and
+    str.splitlines() (like a terminal or a CI log parser) made two lines of the message."""
+    code, err = _report_with_tests(tmp_path, [entry])
     assert code == 2
-    lines = err.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err
 
 
 @pytest.mark.parametrize("records", [[{"count": 1, "stack": True}], [{"count": 1, "stack": 7}], 5])
 def test_a_stack_or_record_list_of_the_wrong_shape_is_one_line(tmp_path, records):
     """Why: hypothesis found a sync record whose packed stack was ``true``; unpacking the stacks
     iterated it and raised TypeError, a traceback instead of the one-line error."""
-    good = tmp_path / "good.json"
-    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
-    raw = json.loads(good.read_text())
-    raw["tests"] = [{"nodeid": "t.py::x", "audit": "audited", "syncs": records}]
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(raw))
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = cli.main(["report", str(good), str(bad), "--allow-mixed-commits"])
+    code, err = _report_with_tests(tmp_path, [{"nodeid": "t.py::x", "audit": "audited", "syncs": records}])
     assert code == 2
-    lines = err.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err
 
 
 def test_help_is_plain_text_and_names_every_default(capsys):
