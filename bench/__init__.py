@@ -33,13 +33,19 @@ def emit_doc(doc, lines, folder, stem) -> None:
     emit(lines, os.path.join(folder, f"{stem}.md"))
 
 
+def _probe_parser(size: str, default: int) -> argparse.ArgumentParser:
+    """Every probe's two options: ``size`` (an int option that sizes the run) and ``--out DIR``,
+    where its results go (default $OUT, the folder the GPU machine brings back)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument(size, type=int, default=default)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    return ap
+
+
 def gpu_probe_args(rounds: int):
     """A GPU probe's arguments (``--rounds``, ``--out``, default $OUT), once the cuda detector is
     known to be available here; else exit with why it is not."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=rounds)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    args = ap.parse_args()
+    args = _probe_parser("--rounds", rounds).parse_args()
     from syncguard.detectors.cuda import HUB
 
     why = HUB.unavailable()
@@ -53,9 +59,7 @@ def probe_main(argv, run, render, stem: str, size: str, default: int) -> int:
     (``--out DIR``, default $OUT); or ``--render FILE.json`` writes them again from a committed
     run, so a table is rebuilt from its evidence and never edited. ``size``: the option that
     sizes a run (``--rounds``, ``--pairs``)."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument(size, type=int, default=default)
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap = _probe_parser(size, default)
     ap.add_argument("--render", metavar="FILE.json")
     a = ap.parse_args(argv)
     if a.render:

@@ -304,8 +304,7 @@ def cprofile_merges(st, out: str) -> None:
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(40)
     path = os.path.join(out, f"overhead-cprofile-{torch.__version__.split('+')[0]}.txt")
-    with open(path, "w") as f:
-        f.write(f"# 5 x (audit(cuda) around 100 merges), torch {torch.__version__}\n" + buf.getvalue())
+    _write(path, f"# 5 x (audit(cuda) around 100 merges), torch {torch.__version__}\n" + buf.getvalue())
     print(buf.getvalue()[:4000])
 
 
