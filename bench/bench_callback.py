@@ -41,8 +41,25 @@ from tests.test_detect import FakeHub, FakeRegion  # noqa: E402  (the CPU tests'
 
 
 def _data(site, corr, params):
-    return C.CallbackData(callbackSite=site, correlationId=corr,
-                          functionParams=ctypes.addressof(params))
+    """CUPTI's callback data for one call, pointing at ``params``, which it keeps alive."""
+    d = C.CallbackData(callbackSite=site, correlationId=corr,
+                       functionParams=ctypes.addressof(params))
+    d.params = params  # not a field: only holds the parameters while the data lives
+    return d
+
+
+def merge_calls(hub, pairs: bool, n: int = 100) -> list:
+    """What ``n`` merges fire at the C callback, as ``(domain, cbid, data)``: each an async H2D
+    copy (ENTER and EXIT), and with ``pairs`` a stream sync after it (ENTER and EXIT), as torch
+    2.8's merge makes them."""
+    ids = {api: key for key, (api, *_) in hub.table.items()}
+    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
+    one = [(*ids["cudaMemcpyAsync"], _data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
+    if pairs:
+        sync = C.StreamParams(stream=0)
+        one += [(*ids["cudaStreamSynchronize"], _data(site, 2, sync))
+                for site in (C.API_ENTER, C.API_EXIT)]
+    return one * n
 
 
 def _internal_fire(depth: int):
@@ -319,16 +336,10 @@ def _region_cold(rounds: int = 121, pairs: bool = False) -> tuple[float, float]:
         if hub.fast is None:
             return float("nan"), float("nan")
         ids = {api: key for key, (api, *_) in hub.table.items()}
-        copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
-        one = [(ids["cudaMemcpyAsync"], _data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
-        if pairs:
-            sync = C.StreamParams(stream=0)
-            one += [(ids["cudaStreamSynchronize"], _data(site, 2, sync))
-                    for site in (C.API_ENTER, C.API_EXIT)]
-        calls = one * 100
-        calls += [(ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
+        calls = merge_calls(hub, pairs)
+        calls += [(*ids["cudaDeviceSynchronize"], C.CallbackData(callbackSite=site, correlationId=2))
                   for site in (C.API_ENTER, C.API_EXIT)]
-        fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in calls]
+        fired = [(d, cbid, ctypes.addressof(data)) for d, cbid, data in calls]
         for i in range(rounds):
             thrash()
             t0 = time.perf_counter()

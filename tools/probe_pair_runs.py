@@ -5,7 +5,8 @@ copies each completed by its own stream sync from one line, fired through the C 
 
 Over ``bench_callback``'s stand-in hub (a C stand-in for libcupti, a fake libcudart saying
 pageable) of the tree ``DIR`` (default: this one), so that two commits can be run in turn on one
-machine. It prints, and with ``--out`` writes as markdown, medians over ``rounds``:
+machine (a tree as new as the probe's own imports). It prints, and with ``--out`` writes as
+markdown, medians over ``rounds``:
 
 * ``fired in a region``: µs to fire the 400 callbacks (ENTER and EXIT of 100 copies and 100
   syncs) at the C callback inside an ``audit(cuda)`` region, warm;
@@ -37,7 +38,6 @@ sys.path.insert(0, os.path.abspath(a.tree))
 import bench.bench_callback as B  # noqa: E402
 import syncguard  # noqa: E402
 from bench import commit_label, emit  # noqa: E402
-from syncguard.detectors import cupti as C  # noqa: E402
 from syncguard.provenance import git_state  # noqa: E402
 
 
@@ -45,13 +45,8 @@ def main():
     with B._stand_in_hub() as hub, B._fake_cudart(0):
         if hub.fast is None:
             raise SystemExit("the C module is not built: python setup.py build_ext --inplace")
-        ids = {api: key for key, (api, *_) in hub.table.items()}
-        copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7000, count=4096, kind=1, stream=0)
-        sync = C.StreamParams(stream=0)
-        one = [(ids["cudaMemcpyAsync"], B._data(site, 1, copy)) for site in (C.API_ENTER, C.API_EXIT)]
-        one += [(ids["cudaStreamSynchronize"], B._data(site, 2, sync))
-                for site in (C.API_ENTER, C.API_EXIT)]
-        fired = [(d, cbid, ctypes.addressof(data)) for (d, cbid), data in one * 100]
+        calls = B.merge_calls(hub, pairs=True)
+        fired = [(d, cbid, ctypes.addressof(data)) for d, cbid, data in calls]
         fire = hub.fast.fire
 
         def loop():
