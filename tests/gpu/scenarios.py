@@ -301,8 +301,9 @@ def backward(out):
         SyncInBackward.apply(x).sum().backward()  # L-CALL-BACKWARD
     out["events"] = _events(rep)
     out["notes"] = rep.notes
-    src = open(__file__).read().splitlines()
-    out["py_backward_line"] = next(i for i, t in enumerate(src, 1) if t.endswith("# L-PY-BACKWARD"))
+    from syncguard.testing import marked_line
+
+    out["py_backward_line"] = marked_line(__file__, "L-PY-BACKWARD")
     from torch.autograd.variable import Variable
     out["engine_restored"] = type(Variable.__dict__["_execution_engine"]).__name__ != "_EngineProxy"
 
@@ -332,8 +333,9 @@ def profile_threads(out):
     t.join()
     out["events"] = _events(rep)
     out["notes"] = rep.notes
-    src = open(__file__).read().splitlines()
-    out["main_line"] = next(i for i, t in enumerate(src, 1) if t.endswith("# L-MAIN-ITEM"))
+    from syncguard.testing import marked_line
+
+    out["main_line"] = marked_line(__file__, "L-MAIN-ITEM")
 
 
 def _capture_and_replay(torch, x):
@@ -435,9 +437,9 @@ def profile_links(out):
     out["events"] = [dict(ev, op=e.op) for ev, e in zip(_events(rep), rep.syncs + rep.allowed)]
     out["notes"] = rep.notes
     out["seen"] = seen
-    src = open(__file__).read().splitlines()
-    out["lines"] = [next(i for i, t in enumerate(src, 1) if t.endswith(f"# L-LINK-{k}"))
-                    for k in (1, 2, 3)]
+    from syncguard.testing import marked_line
+
+    out["lines"] = [marked_line(__file__, f"L-LINK-{k}") for k in (1, 2, 3)]
     for stack in (False, True):  # the bare profiler over the same three syncs, for comparison
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                      with_stack=stack) as prof:
