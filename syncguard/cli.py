@@ -17,7 +17,7 @@ from . import baseline as bl
 from . import matrix as mx
 from .events import SchemaError
 from .formats import FORMATS
-from .sessionfile import load_document, read_json, write_atomic
+from .sessionfile import check_writable, load_document, read_json, write_atomic
 
 
 class InputError(Exception):
@@ -169,15 +169,23 @@ def matrix_command(args: argparse.Namespace) -> int:
         raise InputError(str(e)) from None
     cmp = bl.compare(matrix, baseline) if baseline is not None else None
 
-    # Input is good: from here on, write.
+    # Input is good: everything made, and every target checked, before the first write, so that
+    # an error (exit 2) still means nothing was written.
     text = render(args.format, matrix, cmp,
                   to_terminal=args.output is None and sys.stdout.isatty())
+    updated = bl.make(matrix, baseline, drops) if args.update_baseline else None
+    targets = [Path(args.output)] if args.output else []
+    targets += [baseline_path] if updated is not None else []
+    for target in targets:
+        try:
+            check_writable(target)
+        except OSError as e:
+            raise InputError(f"{target}: cannot write ({e.strerror or e})") from None
     if args.output:
         _write(args.output, text)
     elif text is not None:
         sys.stdout.write(text)
-    if args.update_baseline:
-        updated = bl.make(matrix, baseline, drops)
+    if updated is not None:
         _write(baseline_path, json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
         accepted = bl.diff(baseline, updated)
         print(f"syncguard: {baseline_path}: --update-baseline accepted "

@@ -519,3 +519,20 @@ def test_recorded_values_show_in_table_and_markdown(reports, capsys):
     assert cli.main(["report", str(reports / "cuda-torch-2.11.0.json")]) == 0
     table = capsys.readouterr().out
     assert "tokens_per_s=1234.5, variant=cpu_mask" in table
+
+
+def test_a_baseline_that_cannot_be_written_leaves_the_output_unwritten(tmp_path, capsys):
+    """Why: the table went to --output, then writing the baseline failed and the command said
+    "error", exit 2, with the output already written (and the table on stdout without it)."""
+    good = tmp_path / "good.json"
+    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    baseline = blocked / "baseline.json"  # a folder that is a file: cannot be written
+    out = tmp_path / "out.md"
+    for output in (["--output", str(out)], []):
+        code = cli.main(["report", str(good), "--baseline", str(baseline), "--update-baseline",
+                         *output])
+        captured = capsys.readouterr()
+        assert code == 2 and not out.exists() and captured.out == ""
+        assert captured.err.startswith(f"syncguard: error: {baseline}: cannot write")
