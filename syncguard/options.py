@@ -8,6 +8,7 @@ or a marker argument touches this module (and its test) only.
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -84,7 +85,7 @@ def _warmup(value: Any, where: str) -> str:
 
 
 def _path(value: Any, where: str) -> str:
-    return str(value)
+    return os.path.expanduser(str(value))  # "~/r.json" is the home's, as a shell would have it
 
 
 def _list(value: Any, where: str) -> tuple[str, ...]:
@@ -143,6 +144,34 @@ OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] 
      "instead of measuring them; predicted syncs fail a test only with --syncguard-mode=fail "
      "given explicitly, otherwise they are recorded"),
 )
+
+
+def settings_field(dest: str) -> str:
+    """The :class:`Settings` field an option's ``dest`` sets (``syncguard_mode`` -> ``mode``)."""
+    return "enabled" if dest == "syncguard" else dest[len("syncguard_"):]
+
+
+def command_line(settings: Settings, skip: tuple[str, ...] = ()) -> list[str]:
+    """Options that give another pytest process reading the same ini these settings: one per
+    :data:`OPTIONS` entry not in ``skip`` (dests), its value given explicitly (the command line
+    wins over the ini), except a false switch, an empty list and None, which no flag can say and
+    which the same ini resolves the same way.
+
+    Why: an ``--syncguard-isolate`` child must judge its test by the parent's rules; it had been
+    handed five of the options, and ran with the others at their defaults. Built from the table,
+    so an option added there travels too."""
+    out = []
+    for flag, dest, _, _, kw, _ in OPTIONS:
+        value = getattr(settings, settings_field(dest))
+        if dest in skip or value is False or value is None or value == ():  # (0 is a value)
+            continue
+        if kw.get("action") == "store_true":
+            out.append(flag)
+        elif isinstance(value, tuple):
+            out.append(f"{flag}={','.join(value)}")
+        else:
+            out.append(f"{flag}={value}")
+    return out
 
 
 def _default_text(default: Any) -> str:

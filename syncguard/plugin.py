@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from . import newhooks, options
+from . import isolate, newhooks, options
 from .codescope import split_list
 from .events import DETECTORS as DEFAULT_DETECTORS  # noqa: F401  (kept importable from here)
 from .scope import allow, audit, forbid
@@ -30,9 +30,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    isolate.take_parent_options(config)  # an isolate child: before any pytest_configure
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for line in options.MARKERS:
         config.addinivalue_line("markers", line)
+    if config.option.help:  # --help runs no test, and must show even where an option is bad
+        return
     name = config.pluginmanager.get_name(sys.modules[__name__]) or __name__
     session = config.stash[SESSION] = SyncguardSession(config, name)
     config.pluginmanager.register(session, "syncguard-session")
@@ -91,8 +98,11 @@ class SyncguardFixture:
     def record(self, name: str, value: Any) -> None:
         """Store a JSON value under the test's ``measurements`` in the report."""
         try:
-            json.dumps(value)
-        except (TypeError, ValueError):
+            json.dumps(value, allow_nan=False)  # NaN and Infinity are not JSON: no reader takes them
+        except ValueError:
+            raise ValueError(f"syncguard.record({name!r}, ...): {value!r} holds NaN or Infinity, "
+                             "which JSON cannot store") from None
+        except TypeError:
             raise TypeError(f"syncguard.record({name!r}, ...): {type(value).__name__} is not JSON "
                             "serialisable") from None
         self._measurements[str(name)] = value

@@ -198,18 +198,24 @@ class SyncguardSession:
             self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
         except ValueError as e:
             raise pytest.UsageError(f"syncguard: {e}") from None
+        self.output = SessionOutput(config, self.settings, self.codescope.text, self.is_worker)
+        self.collection_errors = 0  # failed collectors (a worker's too, on the xdist controller)
         self.prediction = None  # --syncguard-predict: the session's predicting() block
         if self.settings.predict and self.settings.enabled:
             from .predict import predicting
 
-            # open before collection: tests and skip conditions see torch.cuda.is_available()
+            # open before collection: tests and skip conditions see torch.cuda.is_available();
+            # last in __init__, so that nothing after it can raise and leave it open
             self.prediction = predicting()
             self.prediction.__enter__()
-        self.output = SessionOutput(config, self.settings, self.codescope.text, self.is_worker)
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.output.started(self.entries.values())
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collection_errors += 1
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -236,14 +242,15 @@ class SyncguardSession:
             block.__exit__(None, None, None)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.output.finished(session, exitstatus, self.entries.values())
+        self.output.finished(session, exitstatus, self.entries.values(), self.collection_errors)
         if self.gate_failed() and session.exitstatus in (pytest.ExitCode.OK,
                                                          pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def gate_failed(self) -> bool:
-        """``--syncguard-require-cuda`` and not one test could be audited."""
-        return (self.settings.require_cuda and not self.is_worker and not self.settings.child
+        """``--syncguard-require-cuda`` and not one test could be audited (a run that only
+        collects audits nothing and is not judged)."""
+        return (self.settings.require_cuda and self.output.writes
                 and not any(t.audited for t in self.entries.values()))
 
     # -- one test -----------------------------------------------------------------------------
@@ -382,7 +389,9 @@ class SessionOutput:
 
     def __init__(self, config: pytest.Config, settings, scope: str, is_worker: bool):
         self.config, self.settings, self.scope = config, settings, scope
-        self.writes = not is_worker and not settings.child  # the report file and the summary
+        # the report file and the summary; --collect-only runs nothing, so it writes neither
+        self.writes = (not is_worker and not settings.child
+                       and not getattr(config.option, "collectonly", False))
         self.child_reports: list[dict] = []
         self.file: SessionFile | None = None
         if settings.report and self.writes:
@@ -411,14 +420,20 @@ class SessionOutput:
             self.file.write_now_and_then(entries)
 
     def finished(self, session: pytest.Session, exitstatus: int,
-                 entries: Iterable[TestEntry]) -> None:
-        """The child's reports, or the report marked complete unless the run stopped early."""
+                 entries: Iterable[TestEntry], collection_errors: int = 0) -> None:
+        """The child's reports, or the report: marked complete unless the run stopped early or a
+        test module failed to collect (its tests are missing); put back as it was before the run
+        on a usage error (bad input changes nothing)."""
         if self.settings.child:
             write_atomic(self.settings.child, json.dumps(self.child_reports))
-        if self.file is not None:
-            complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
-                        and not session.shouldstop)
-            self.file.write(entries, complete=complete)
+        if self.file is None:
+            return
+        if int(exitstatus) == pytest.ExitCode.USAGE_ERROR:
+            self.file.undo()
+            return
+        complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
+                    and not session.shouldstop and not collection_errors)
+        self.file.write(entries, complete=complete)
 
     def summary(self, terminalreporter, tests: list[TestEntry], gate_failed: bool,
                 no_cuda_to_isolate: str | None) -> None:

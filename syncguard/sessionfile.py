@@ -258,16 +258,17 @@ def _final_mode(path: Path) -> int:
         return 0o666 & ~_umask()
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write via a temp file in the same folder and rename over the target; the result keeps
-    the usual permissions (:func:`_final_mode`)."""
+def write_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write ``text`` (or bytes, as they are) via a temp file in the same folder and rename over
+    the target; the result keeps the usual permissions (:func:`_final_mode`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = _final_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes)
+              else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -312,6 +313,12 @@ class SessionFile:
         self.doc = new_document(options)
         self.max_stacks = max_stacks
         self.last_write = 0.0
+        self.written = False
+        self.restorable = True  # what undo() puts back: the file as it was (None: there was none)
+        try:
+            self.before: bytes | None = path.read_bytes() if path.exists() else None
+        except OSError:
+            self.before, self.restorable = None, False
 
     def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
         tests = list(tests)
@@ -323,7 +330,19 @@ class SessionFile:
                 t.pop("detector_reason", None)
         self.doc.update(complete=complete, summary=summarize(tests), frames=frames, tests=packed)
         write_atomic(self.path, render_document(self.doc))
+        self.written = True
         self.last_write = time.monotonic()
+
+    def undo(self) -> None:
+        """The file as it was before this session wrote it: a run that ends in a usage error
+        (a bad marker, a path that does not exist) leaves the last good report alone."""
+        if not self.written or not self.restorable:
+            return
+        if self.before is None:
+            self.path.unlink(missing_ok=True)
+        else:
+            write_atomic(self.path, self.before)
+        self.written = False
 
     def write_now_and_then(self, tests: Iterable[TestEntry]) -> None:
         """At most once a second: an interrupted run keeps what it has, as valid JSON."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from typing import Any, Callable
 
 import pytest
@@ -45,25 +46,37 @@ def synchronize_if_initialised() -> None:
 
 
 class IniWarmup:
-    """``syncguard_warmup = module:callable`` (ini): one implementation of the warm-up hook."""
+    """``syncguard_warmup = module:callable`` (ini): one implementation of the warm-up hook.
+
+    The module is found when the session starts (a misspelt name is a usage error then) and
+    imported only for the first audited test: a run that audits nothing, ``--collect-only`` and
+    ``--help`` do not import it (it may initialise CUDA, or need a GPU)."""
 
     def __init__(self, spec: str):
         self.spec = spec
-        self.fn = self._load(spec)
+        module = spec.partition(":")[0].strip()
+        try:
+            found = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as e:
+            found, why = None, f"{type(e).__name__}: {e}"
+        else:
+            why = f"no module named {module!r}"
+        if found is None:
+            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: cannot load "
+                                    f"{spec!r} ({why})")
 
-    @staticmethod
-    def _load(spec: str) -> Callable[[], Any]:
-        module, _, attr = spec.partition(":")
+    def _load(self) -> Callable[[], Any]:
+        module, _, attr = self.spec.partition(":")
         try:
             fn = functools.reduce(getattr, attr.strip().split("."),
                                   importlib.import_module(module.strip()))
         except Exception as e:
-            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: cannot load "
-                                    f"{spec!r} ({type(e).__name__}: {e})") from None
+            pytest.exit(f"syncguard: ini option syncguard_warmup: cannot load {self.spec!r} "
+                        f"({type(e).__name__}: {e})", returncode=pytest.ExitCode.USAGE_ERROR)
         if not callable(fn):
-            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: {spec!r} is not "
-                                    "callable")
+            pytest.exit(f"syncguard: ini option syncguard_warmup: {self.spec!r} is not callable",
+                        returncode=pytest.ExitCode.USAGE_ERROR)
         return fn
 
     def pytest_syncguard_warmup(self, config: pytest.Config) -> None:
-        self.fn()
+        self._load()()

@@ -435,8 +435,10 @@ def test_warmup_hook_runs_once_per_process(pytester, run):
     run("--syncguard", FAKE).assert_outcomes(passed=2)
     pytester.makeini("[pytest]\nsyncguard_warmup = sgwarm:CALLS\n")
     res = run("--syncguard", FAKE)
-    res.stderr.fnmatch_lines(["ERROR: syncguard: ini option syncguard_warmup: 'sgwarm:CALLS' is not "
-                              "callable"])
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stdout.fnmatch_lines(["*syncguard: ini option syncguard_warmup: 'sgwarm:CALLS' is not "
+                              "callable*"])
+    res.assert_outcomes()  # stopped before the first audited test ran
 
 
 def test_warmup_hookspec_runs_once_before_the_first_audited_test(pytester, run):
@@ -801,3 +803,161 @@ def test_a_profile_test_runs_in_its_own_process_without_the_isolate_option(pytes
     assert t["test_profiled"]["measurements"]["pid"] != os.getpid()
     assert t["test_plain"]["measurements"]["pid"] == os.getpid()
     assert "--syncguard-isolate" not in res.stdout.str()
+
+
+# -- found by trying the plugin as a new user would (each failed before its fix) ---------------
+
+def test_every_setting_reaches_an_isolated_child_through_its_command_line(pytester):
+    """options.command_line, then the option parser and resolve_settings of a fresh config: the
+    same Settings back. The values are chosen here, each off its default, for every field the
+    table carries (a field added to Settings without a value here fails the first assert)."""
+    import dataclasses
+
+    from syncguard.options import Settings, command_line, resolve_settings
+    chosen = Settings(enabled=True, mode="warn", detectors=("debug", "trace"), races=True,
+                      require_cuda=True, fail_on_phase=("compile",), scope=("src", "lib"),
+                      ignore=("src/util.py",), keep_events=True, max_stacks=0, predict=True)
+    unsent = {"report", "isolate", "warmup", "child"}  # the child's own, or not an option
+    default = Settings()
+    assert {f.name for f in dataclasses.fields(Settings)
+            if getattr(chosen, f.name) == getattr(default, f.name)} == unsent
+    pytester.makeini("[pytest]\nsyncguard_mode = record\nsyncguard_keep_events = false\n")
+    config = pytester.parseconfig(*_plugin_args(), *command_line(chosen, skip=(
+        "syncguard_report", "syncguard_isolate")))
+    assert resolve_settings(config) == chosen
+
+
+ISOLATED_OPTIONS = """
+    import os
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def test_own_sync():
+        fake_sync()
+
+    def test_compile_sync():
+        fake_sync(phase="compile")
+
+    def test_device(request, syncguard):
+        syncguard.record("pid", os.getpid())
+        assert request.config.getoption("device") == "cuda"
+"""
+
+
+def test_isolated_tests_are_judged_by_the_sessions_options_and_see_its_conftest_options(
+        pytester, run):
+    pytester.makeconftest("def pytest_addoption(parser):\n"
+                          "    parser.getgroup('mine').addoption('--device', default='cpu')\n")
+    pytester.makepyfile(test_i=ISOLATED_OPTIONS)
+    args = ("--syncguard", FAKE, "--syncguard-scope=*", "--syncguard-fail-on-phase=compile",
+            "--syncguard-keep-events", "--device", "cuda", "--syncguard-report=r.json")
+    serial = run(*args)
+    serial.assert_outcomes(passed=1, failed=2)
+    serial_doc = _tests(_doc(pytester))
+    isolated = run(*args, "--syncguard-isolate")
+    isolated.assert_outcomes(passed=1, failed=2)
+    doc = _tests(_doc(pytester))
+    assert serial_doc["test_device"]["measurements"]["pid"] == os.getpid()
+    assert doc["test_device"]["measurements"]["pid"] != os.getpid()  # it ran in a child
+    for name in ("test_own_sync", "test_compile_sync", "test_device"):
+        assert (doc[name]["outcome"], doc[name]["audit"], len(doc[name].get("events", ()))) == (
+            serial_doc[name]["outcome"], serial_doc[name]["audit"],
+            len(serial_doc[name].get("events", ()))), name
+    assert len(doc["test_own_sync"]["events"]) == 1
+
+
+def test_a_usage_error_leaves_the_last_report_as_it_was(pytester, run):
+    pytester.makepyfile(test_a="def test_a(): pass")
+    run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(passed=1)
+    before = (pytester.path / "r.json").read_bytes()
+    pytester.makepyfile(test_b="""
+        import pytest
+
+        @pytest.mark.syncguard(mode="loud")
+        def test_b(): pass
+    """)
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert (pytester.path / "r.json").read_bytes() == before
+    res = run("--syncguard", FAKE, "--syncguard-report=new.json", "no_such_test_file.py")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert not (pytester.path / "new.json").exists()  # there was none before
+
+
+def test_a_module_that_fails_to_collect_makes_the_report_incomplete(pytester, run):
+    pytester.makepyfile(test_ok="def test_ok(): pass", test_broken="import no_such_module_x")
+    for extra in (["--continue-on-collection-errors"], ["-n", "2"]):
+        res = run("--syncguard", FAKE, "--syncguard-report=r.json", *extra)
+        assert res.ret != pytest.ExitCode.OK
+        doc = _doc(pytester)
+        assert doc["complete"] is False and list(_tests(doc)) == ["test_ok"], extra
+
+
+def test_collect_only_writes_no_report_and_is_not_gated(pytester, run):
+    pytester.makepyfile(test_a="def test_a(): pass")
+    run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(passed=1)
+    before = (pytester.path / "r.json").read_bytes()
+    for extra in ([], ["-n", "2"]):
+        res = run("--co", "--syncguard", "--syncguard-require-cuda", "--syncguard-report=r.json",
+                  *extra)
+        assert res.ret == pytest.ExitCode.OK, res.stdout.str()
+        assert "require-cuda" not in res.stdout.str()
+        assert (pytester.path / "r.json").read_bytes() == before
+
+
+def test_the_ini_warm_up_is_imported_only_when_a_test_is_audited(pytester, run):
+    pytester.makepyfile(sgboom="raise RuntimeError('imported')\ndef warm(): pass\n",
+                        test_a="def test_a(): pass")
+    pytester.makeini("[pytest]\nsyncguard_warmup = sgboom:warm\n")
+    pytester.syspathinsert()
+    run().assert_outcomes(passed=1)
+    assert run("--co").ret == pytest.ExitCode.OK
+    res = run("--syncguard", FAKE)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stdout.fnmatch_lines(["*syncguard_warmup: cannot load 'sgboom:warm' (RuntimeError: "
+                              "imported)*"])
+
+
+def test_help_shows_even_with_a_bad_ini_value(pytester, run):
+    pytester.makeini("[pytest]\nsyncguard_mode = loud\n")
+    res = run("--help")
+    assert res.ret == pytest.ExitCode.OK
+    res.stdout.fnmatch_lines(["*--syncguard-mode=fail|warn|record*"])
+
+
+def test_record_refuses_nan_and_infinity_in_one_line(pytester, run):
+    pytester.makepyfile(test_m="""
+        import pytest
+
+        @pytest.mark.parametrize("value", [float("nan"), [1.0, float("inf")]])
+        def test_m(syncguard, value):
+            with pytest.raises(ValueError, match=r"^syncguard.record\\('x', ...\\): .* NaN or "
+                                                 r"Infinity, which JSON cannot store$"):
+                syncguard.record("x", value)
+            syncguard.record("y", 1.5)
+    """)
+    run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(passed=2)
+    assert [t["measurements"] for t in _doc(pytester)["tests"]] == [{"y": 1.5}] * 2
+
+
+def test_a_report_path_under_home_is_the_homes(pytester, run, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    pytester.makepyfile(test_a="def test_a(): pass")
+    run("--syncguard", FAKE, "--syncguard-report=~/sg.json").assert_outcomes(passed=1)
+    assert (tmp_path / "sg.json").is_file() and not (pytester.path / "~").exists()
+
+
+def test_a_usage_error_after_the_prediction_opened_leaves_torch_as_it_was(pytester, run):
+    """In-process, as a suite that runs pytest inside its own tests does: the prediction block
+    (CUDA stand-ins, opened with the session) was left open when a later check of the session
+    failed, and the outer process went on making "CUDA" tensors on a CPU build."""
+    is_available = torch.cuda.is_available
+    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    (pytester.path / "a-file").write_text("")
+    pytester.makepyfile(test_a="def test_a(): pass")
+    res = run("--syncguard", "--syncguard-predict", "--syncguard-report=a-file/r.json")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert torch.cuda.is_available is is_available
+    assert torch.__future__.get_overwrite_module_params_on_conversion() == overwrite
+    if not is_available():  # a CPU build makes no CUDA tensor, stand-in or not
+        with pytest.raises((AssertionError, RuntimeError)):
+            torch.ones(2, device="cuda")
