@@ -85,6 +85,9 @@ def expand(patterns: list[str], exclude: Path | None = None) -> list[Path]:
         if path.resolve() not in seen:
             seen.add(path.resolve())
             found.append(path)
+    if not found and paths:  # every one was the baseline, left out above
+        raise InputError(f"{' '.join(patterns)!r} is only the baseline ({exclude}); give the "
+                         "session reports to compare with it")
     if not found:
         raise InputError(f"no reports matched {' '.join(patterns)!r}")
     return found
@@ -184,7 +187,11 @@ def matrix_command(args: argparse.Namespace) -> int:
     if args.output:
         _write(args.output, text)
     elif text is not None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as e:  # a full disk, a closed pipe: exit 1 would read as the gate tripping
+            raise InputError(f"cannot write to standard output ({e.strerror or e})") from None
     if updated is not None:
         _write(baseline_path, json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
         accepted = bl.diff(baseline, updated)

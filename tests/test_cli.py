@@ -536,3 +536,23 @@ def test_a_baseline_that_cannot_be_written_leaves_the_output_unwritten(tmp_path,
         captured = capsys.readouterr()
         assert code == 2 and not out.exists() and captured.out == ""
         assert captured.err.startswith(f"syncguard: error: {baseline}: cannot write")
+
+
+def test_a_report_given_only_as_its_own_baseline_is_named_as_such(tmp_path, capsys):
+    good = tmp_path / "good.json"
+    shutil.copy(FIXTURES / "cuda-torch-2.11.0.json", good)
+    assert cli.main(["report", str(good), "--baseline", str(good)]) == 2
+    assert capsys.readouterr().err == (f"syncguard: error: {str(good)!r} is only the baseline "
+                                       f"({good}); give the session reports to compare with it\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_standard_output_that_cannot_be_written_is_exit_2_in_one_line():
+    """Exit 1 is the gate's; a full disk behind stdout had given a traceback and exit 1."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "syncguard", "report",
+                               str(FIXTURES / "cuda-torch-2.11.0.json"), "--format", "json"],
+                              stdout=full, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "syncguard: error: cannot write to standard output (No space left on device)"]
