@@ -32,7 +32,7 @@ import re
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 EVERYTHING = "*"
 LIBRARY_DIRS = ("site-packages", "dist-packages")
@@ -175,6 +175,20 @@ def split_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
         return ()
     items = [value] if isinstance(value, str) else list(value)
     return tuple(p.strip() for item in items for p in str(item).split(",") if p.strip())
+
+
+def split_names(value: Any, where: str) -> tuple[str, ...]:
+    """:func:`split_list` of an argument that must be a string or an iterable of strings;
+    TypeError naming ``where`` for anything else (``None``, a number, bytes: ``b"cuda"`` had
+    been read as the detectors ``99, 117, 100, 97``)."""
+    if isinstance(value, str):
+        return split_list(value)
+    items = list(value) if isinstance(value, Iterable) and not isinstance(
+        value, (bytes, bytearray)) else None
+    if items is None or not all(isinstance(x, str) for x in items):
+        raise TypeError(f"{where} must be a comma-separated str or an iterable of str, "
+                        f"got {value!r}")
+    return split_list(items)
 
 
 def _locate(entry: str, rootdir: Path, where: str) -> tuple[str, ...]:

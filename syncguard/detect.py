@@ -99,11 +99,12 @@ class DebugHub(_SharedState):
         import torch
 
         self.sink = sink
+        mode = torch.cuda.get_sync_debug_mode()  # first: it raises where CUDA cannot start
         before = list(warnings.filters)
         warnings.filterwarnings("ignore", message=re.escape(PROTOTYPE_WARNING))
         warnings.filterwarnings("always", message=re.escape(SYNC_WARNING), category=UserWarning)
         ours = [f for f in warnings.filters if f not in before]
-        self._saved = {"mode": torch.cuda.get_sync_debug_mode(), "filters": ours,
+        self._saved = {"mode": mode, "filters": ours,
                        "show": warnings._showwarnmsg}  # type: ignore[attr-defined]
         warnings._showwarnmsg = self._show  # type: ignore[attr-defined]
         torch.cuda.set_sync_debug_mode("warn")

@@ -232,6 +232,11 @@ class SyncError(AssertionError):
         self.report = report
         super().__init__(message or format_report(report))
 
+    def __reduce__(self):
+        # pickle and copy call the class with self.args (the message alone) by default, which
+        # took the message for the report: a forbid() failing in a process pool broke the pool
+        return type(self), (self.report, str(self))
+
 
 def format_report(report: RegionReport) -> str:
     """Plain-text explanation, one line per event; the plugin renders a richer table."""

@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from .attribution import PHASES, RUN
+from .codescope import split_names
 
 OPTIONAL = tuple(p for p in PHASES if p != RUN)  # the phases fail_on_phases may name
 
 
 def parse_phases(value: Any, where: str = "fail_on_phases") -> tuple[str, ...]:
     """'compile,graph_capture' (or a sequence; 'none' or '' for no phase) -> a tuple."""
-    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value)
-    items = [x for x in dict.fromkeys(items) if x]
+    items = list(dict.fromkeys(split_names(value, where)))
     if items == ["none"]:
         return ()
     bad = [x for x in items if x not in OPTIONAL]

@@ -14,30 +14,35 @@ unchanged.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import inspect
 import operator
 import sys
 import threading
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 from . import detectors as registry
 from .attribution import is_tracing
+from .codescope import split_names
 from .detectors import AUTO, DetectorUnavailable
 from .detectors.torch_hooks import allow_entered, allow_exited
 from .events import ALL_DETECTORS, DETECTORS, SYNC_KINDS, Report, SyncError, SyncEvent
 from .routing import allows as _allows, deliver as _deliver, ids as _ids, regions as _regions  # noqa: F401
-from .detect import MARKER
+from .detect import MARKER, SYNC_APIS
+from .detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
 from .phases import RUN, fails, not_failing_reason, parse_phases
 
 KNOWN_DETECTORS = ALL_DETECTORS + ("fake", "predict")
+#: every API name an event can carry: what allow(api=...) and the allow_sync marker accept (a
+#: misspelt name had been taken, and the allow then matched nothing)
+KNOWN_APIS = tuple(dict.fromkeys((*SYNC_APIS, *RUNTIME_APIS, *DRIVER_APIS)))
 _NAME = operator.attrgetter("name")
 
 
 def parse_detectors(value: str | Iterable[str], where: str = "detectors") -> tuple[str, ...]:
-    names = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value)
-    names = [n for n in names if n]
+    names = split_names(value, where)
     bad = [n for n in names if n not in KNOWN_DETECTORS]
     if bad or not names:
         raise ValueError(f"{where}: unknown detector(s) {bad or names!r}; "
@@ -58,11 +63,11 @@ class allow(contextlib.ContextDecorator):
             raise ValueError("allow() needs a non-empty reason: say why this sync is acceptable")
         if max is not None and (not isinstance(max, int) or isinstance(max, bool) or max < 0):
             raise ValueError(f"allow(max=...) must be a non-negative int or None, got {max!r}")
+        if api is not None and api not in KNOWN_APIS:
+            raise ValueError(f"allow(api=...) must be one of {', '.join(KNOWN_APIS)}, got {api!r}")
         if kind is not None and kind not in SYNC_KINDS:
             raise ValueError(f"allow(kind=...) must be one of {', '.join(SYNC_KINDS)}, got {kind!r}")
         self.reason, self.max, self.api, self.kind = reason, max, api, kind
-        self._tokens: list = []
-        self._markers: list[str | None] = []
 
     def _recreate_cm(self):
         return allow(self.reason, max=self.max, api=self.api, kind=self.kind)
@@ -83,19 +88,58 @@ class allow(contextlib.ContextDecorator):
     def __enter__(self):
         if is_tracing():
             return self  # Dynamo is tracing: nothing here can sync, and contextvars do not trace
-        self._tokens.append(_allows.set(_allows.get() + (self,)))
-        self._markers.append(allow_entered(self))
+        entry = AllowEntry(self)
+        _allows.set(_allows.get() + (entry,))
+        entry.marker = allow_entered(entry)
         return self
 
     def __exit__(self, *exc):
         if is_tracing():
             return False
-        allow_exited(self._markers.pop())
-        _allows.reset(self._tokens.pop())
+        entry = _leave(_allows, lambda e: e.allow is self)
+        if entry is not None:
+            allow_exited(entry.marker)
         return False
 
     def __repr__(self) -> str:
         return f"allow({self.reason!r}, max={self.max!r}, api={self.api!r}, kind={self.kind!r})"
+
+
+class AllowEntry:
+    """One entry of an ``allow`` block, as the allow scopes of its context hold it.
+
+    Why an object per entry, not the allow itself: one allow object entered by two threads or
+    tasks at once (a module-level ``ALLOW``) kept one stack of tokens for both, and leaving
+    popped the other's (ValueError: token created in a different Context); and ``max`` is per
+    entry, where a reused object's entries had shared one budget."""
+
+    __slots__ = ("allow", "reason", "max", "api", "kind", "marker", "__weakref__")
+
+    def __init__(self, a: allow):
+        self.allow, self.reason, self.max, self.api, self.kind = a, a.reason, a.max, a.api, a.kind
+        self.marker: str | None = None  # its profiler marker, where a profiled region is open
+
+    def matches(self, event: SyncEvent) -> bool:
+        return self.allow.matches(event)
+
+    def __repr__(self) -> str:
+        return repr(self.allow)
+
+
+def _leave(var: contextvars.ContextVar, mine: Callable[[Any], bool]) -> Any:
+    """Take the innermost item ``mine`` picks out of the tuple ``var`` holds in this context, and
+    return it (None where this context holds none: left from another task, as an async
+    generator's finaliser does; there is nothing of its own to take there).
+
+    Why not ``var.reset(token)``: a token only resets in the context that made it and only in
+    order, so a region or allow left out of order, or from another context, raised ValueError
+    or stayed registered and went on collecting."""
+    held = var.get()
+    for i in range(len(held) - 1, -1, -1):
+        if mine(held[i]):
+            var.set(held[:i] + held[i + 1:])
+            return held[i]
+    return None
 
 
 class Region:
@@ -109,7 +153,7 @@ class Region:
     # slots: a region is made, entered and left on the audited program's path (one per test or
     # step), with caches cold there; fixed slots are less to allocate and touch than a __dict__
     __slots__ = ("detectors", "fail_on_phases", "races", "report", "observations",
-                 "profile_syncs", "state", "_id", "_armed", "_finishers", "_token",
+                 "profile_syncs", "state", "_id", "_armed", "_finishers", "_registered",
                  "_race_detector", "_entered", "_traced")
 
     raise_on_exit = False  # forbid(): raise SyncError on exit for a sync not allowed
@@ -137,7 +181,7 @@ class Region:
         self._id = next(_ids)
         self._armed: list = []
         self._finishers: tuple | list = ()
-        self._token = None
+        self._registered = False
         self._race_detector = None
         self._entered = False
         self._traced = False
@@ -168,7 +212,8 @@ class Region:
         except BaseException:
             self._disarm()
             raise
-        self._token = _regions.set(_regions.get() + (self,))
+        _regions.set(_regions.get() + (self,))
+        self._registered = True
         return self.report
 
     def _cuda_unavailable(self) -> str | None:
@@ -220,15 +265,25 @@ class Region:
         __tracebackhide__ = True  # a forbid() failure points at the user's with-line
         if self._traced or not self.report.cuda_available:
             return False
-        analyse = exc_type is None or issubclass(exc_type, Exception)
+        interrupted = exc_type is not None and not issubclass(exc_type, Exception)
         try:
-            if self._token is not None:
-                _regions.reset(self._token)
-                self._token = None
+            if self._registered:
+                self._registered = False
+                held = _regions.get()
+                if held and held[-1] is self:  # the innermost, as nearly always
+                    _regions.set(held[:-1])
+                else:
+                    _leave(_regions, lambda r: r is self)
         finally:
             self._disarm()
-        if analyse:
+        if not interrupted:
             self._finalize()
+        else:  # KeyboardInterrupt, SystemExit, GeneratorExit: what was seen is still reported
+            # (it had been dropped, and the region read "clean"); nothing may replace the exit
+            try:
+                self._finalize()
+            except Exception as e:
+                self.report.notes.append(f"not analysed after {exc_type.__name__}: {e!r}")
         if self.raise_on_exit and exc_type is None and not self.report.clean:
             raise SyncError(self.report)
         return False

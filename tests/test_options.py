@@ -28,7 +28,7 @@ def test_allow_sync_marker_validates_reason_kind_and_api():
         assert options.allow_sync_marker("r", api=api).api == api
     with pytest.raises(ValueError, match="needs reason="):
         options.allow_sync_marker(" ")
-    with pytest.raises(ValueError, match=r"api must be one of .*, got 'cudaSync'"):
+    with pytest.raises(ValueError, match=r"allow\(api=\.\.\.\) must be one of .*, got 'cudaSync'"):
         options.allow_sync_marker("r", api="cudaSync")
     with pytest.raises(ValueError, match=r"allow\(kind=\.\.\.\) must be one of"):
         options.allow_sync_marker("r", kind="sideways")

@@ -197,7 +197,7 @@ def test_marker_opts_in_and_overrides_without_flag(pytester, run):
     ("allow_sync(reason='x', maxx=2)", "*unexpected keyword argument 'maxx'"),
     ("allow_sync(reason='x', kind='sideways')", "allow(kind=...) must be one of*"),
     ("allow_sync(reason='x', api='cudaStreamSync')",
-     "api must be one of cudaStreamSynchronize, *, got 'cudaStreamSync'"),
+     "allow(api=...) must be one of cudaStreamSynchronize, *, got 'cudaStreamSync'"),
     ("syncguard(mode='loud')", "mode: 'loud' is not one of fail, warn, record"),
 ])
 def test_bad_marker_is_usage_error_at_collection(pytester, run, mark, message):

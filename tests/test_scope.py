@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import sys
 import threading
@@ -486,3 +487,190 @@ def test_region_arguments_parse_the_same_each_time_however_given():
     assert syncguard.audit(["fake", "fake"]).detectors == syncguard.audit(("fake",)).detectors == ("fake",)
     assert syncguard.audit("fake", fail_on_phases=["compile"]).fail_on_phases == ("compile",)
     assert syncguard.audit("bogus", predict=True).detectors == ("predict",)  # not parsed: not run
+
+
+# -- found by trying the library as a new user would (each failed before its fix) -------------
+
+def test_one_allow_object_entered_by_two_tasks_and_two_threads_at_once():
+    """A module-level allow shared by concurrent tasks: leaving it in one task had popped the
+    other task's token (ValueError: created in a different Context)."""
+    from syncguard import routing
+    shared = syncguard.allow("the same allow, entered concurrently")
+
+    async def task(delay):
+        with syncguard.audit(FAKE) as report:
+            with shared:
+                fake_sync()
+                await asyncio.sleep(delay)
+            fake_sync()  # after leaving it: not allowed
+        return report
+
+    async def both():
+        return await asyncio.gather(task(0.01), task(0.02))  # the first in leaves first
+
+    reports = asyncio.run(both())
+    barrier, out = threading.Barrier(2), []
+
+    def thread():
+        with syncguard.audit(FAKE) as report:
+            with shared:
+                barrier.wait()
+                fake_sync()
+                barrier.wait()
+            fake_sync()
+        out.append(report)
+
+    threads = [threading.Thread(target=thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [(len(r.allowed), len(r.syncs)) for r in reports + out] == [(1, 1)] * 4
+    assert routing.allows.get() == () and routing.regions.get() == ()
+
+
+def test_max_bounds_each_entry_of_a_reused_allow_object():
+    """The docstring's "one entry of the block": three entries of one allow(max=1) object each
+    allow one sync, as three calls of a function it decorates do."""
+    once = syncguard.allow("one per entry", max=1)
+    with syncguard.audit(FAKE) as report:
+        for _ in range(3):
+            with once:
+                fake_sync()
+    assert (len(report.allowed), len(report.syncs)) == (3, 0)
+    with syncguard.audit(FAKE) as report:
+        with once:
+            fake_sync()
+            fake_sync()
+    assert (len(report.allowed), len(report.syncs)) == (1, 1)
+    assert "exceeds allow(max=1)" in report.syncs[0].note
+
+
+def test_regions_left_out_of_order_are_both_gone():
+    from syncguard import routing
+    outer, inner = syncguard.audit(FAKE), syncguard.audit(FAKE)
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    assert routing.regions.get() == (inner,)
+    inner.__exit__(None, None, None)
+    assert routing.regions.get() == () and fake_sync() is False
+
+
+def test_a_region_an_async_generator_holds_is_left_by_its_finaliser_without_an_error():
+    """Breaking out of ``async for`` leaves the generator to be closed by the loop's finaliser,
+    in another task: leaving the region there had raised ValueError (a token from a different
+    Context), logged as "Task exception was never retrieved"."""
+    import gc
+    errors = []
+
+    async def gen():
+        with syncguard.audit(FAKE):
+            yield 1
+            yield 2
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, ctx: errors.append(ctx))
+        async for _ in gen():
+            break
+        gc.collect()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert errors == []
+    r = syncguard.audit(FAKE)
+    contextvars.copy_context().run(r.__enter__)
+    r.__exit__(None, None, None)  # this context never held it: nothing to take, no error
+
+
+def test_a_sync_error_pickles_and_copies_with_its_report():
+    """A forbid() failing in a process pool: unpickling had called SyncError(message) and taken
+    the message for the report, and the pool broke (BrokenProcessPool) instead of raising it."""
+    import copy
+    import pickle
+    with pytest.raises(syncguard.SyncError) as info:
+        with syncguard.forbid(FAKE):
+            fake_sync()
+    for clone in (pickle.loads(pickle.dumps(info.value)), copy.copy(info.value),
+                  copy.deepcopy(info.value)):
+        assert type(clone) is syncguard.SyncError and str(clone) == str(info.value)
+        assert clone.report.to_dict() == info.value.report.to_dict()
+
+
+def test_the_first_regions_of_a_process_entered_by_many_threads_at_once(tmp_path):
+    """In a fresh interpreter: the built-in detectors were registered by whichever threads came
+    first, and the others raised "detector 'fake' is already registered"."""
+    import subprocess
+    code = (
+        "import threading, syncguard\n"
+        "from syncguard.testing import fake_sync\n"
+        "barrier, errors, seen = threading.Barrier(8), [], []\n"
+        "def run():\n"
+        "    barrier.wait()\n"
+        "    try:\n"
+        "        with syncguard.audit('fake') as r:\n"
+        "            fake_sync()\n"
+        "        seen.append(len(r.syncs))\n"
+        "    except Exception as e:\n"
+        "        errors.append(repr(e))\n"
+        "ts = [threading.Thread(target=run) for _ in range(8)]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "print(errors, seen)\n")
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+        assert out.strip() == "[] [1, 1, 1, 1, 1, 1, 1, 1]", out
+
+
+def test_a_region_left_by_an_interrupt_still_reports_what_it_saw():
+    with pytest.raises(KeyboardInterrupt):
+        with syncguard.audit(FAKE) as report:
+            fake_sync()
+            raise KeyboardInterrupt
+    assert len(report.syncs) == 1 and not report.clean
+
+    def steps():
+        with syncguard.forbid(FAKE) as report:
+            fake_sync()
+            yield report
+            yield report
+
+    gen = steps()
+    report = next(gen)
+    gen.close()  # GeneratorExit in the region: it ends, reports its sync, and raises nothing
+    assert len(report.syncs) == 1 and not report.clean
+
+
+@pytest.mark.parametrize("kw", [dict(detectors=None), dict(detectors=123), dict(detectors=b"fake"),
+                                dict(fail_on_phases=None), dict(fail_on_phases=1)])
+def test_an_argument_of_the_wrong_type_is_named_in_one_line(kw):
+    name = next(iter(kw))
+    with pytest.raises(TypeError, match=rf"^{name} must be a comma-separated str or an iterable "
+                                        rf"of str, got {kw[name]!r}$".replace("(", r"\(")):
+        syncguard.audit(**kw)
+
+
+def test_allow_api_takes_every_name_an_event_can_carry_and_nothing_else():
+    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
+    for api in ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaMemcpyAsync_ptsz",
+                *RUNTIME_APIS, *DRIVER_APIS):
+        assert syncguard.allow("r", api=api).api == api
+    for api in ("cudaStreamSynchronise", 1, ""):
+        with pytest.raises(ValueError, match=r"^allow\(api=\.\.\.\) must be one of "):
+            syncguard.allow("r", api=api)
+
+
+def test_a_debug_hub_that_fails_to_arm_leaves_the_warning_filters_as_they_were(monkeypatch):
+    """Where reading the sync-debug mode raises (it starts CUDA; here a CPU build), the hub had
+    added its two warning filters first and left them behind."""
+    import torch
+    import warnings
+
+    def no_cuda():
+        raise AssertionError("Torch not compiled with CUDA enabled")
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", no_cuda)
+    before = list(warnings.filters)
+    with pytest.raises(AssertionError):
+        with syncguard.audit(("fake", "debug")):
+            pass
+    assert warnings.filters == before

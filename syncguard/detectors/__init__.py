@@ -13,6 +13,7 @@ report names what ran and why.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol, runtime_checkable
 
 AUTO = "auto"
@@ -56,7 +57,15 @@ def register(detector: Detector) -> Detector:
 
 
 def _builtin() -> None:
-    if _registry:
+    if _builtin_done:
+        return
+    with _builtin_lock:  # regions first entered by several threads at once each came here
+        _register_builtin()
+
+
+def _register_builtin() -> None:
+    global _builtin_done
+    if _builtin_done:
         return
     from .torch_hooks import Debug, Fake, GpuTrace, Profile, Trace
     from .cuda import Cuda
@@ -64,6 +73,11 @@ def _builtin() -> None:
 
     for det in (Fake(), Cuda(), Debug(), Trace(), GpuTrace(), Profile(), Predict()):
         register(det)
+    _builtin_done = True  # last: another thread reads the registry only once it is whole
+
+
+_builtin_lock = threading.Lock()
+_builtin_done = False
 
 
 def names() -> tuple[str, ...]:

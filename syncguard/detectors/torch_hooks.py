@@ -269,7 +269,7 @@ class Profile(_Base):
                 for a in routing.allows.get():
                     marker = f"{MARKER}allow#{next(routing.ids)}"
                     _allow_by_marker[marker] = a
-                    a._markers[-1] = marker
+                    a.marker = marker  # (an AllowEntry)
                     HUBS.profile.push(marker)
             HUBS.profile.push(region.marker)
             _profile_regions.append(region)
