@@ -77,6 +77,9 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["--folder"] and len(argv) == 3:  # one folder's table, printed (a check run's)
+        print("\n".join(folder(Path(argv[2]))))
+        return 0
     text = render()
     path = GPU / "README.md"
     if argv[1:] == ["--check"]:
