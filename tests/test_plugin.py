@@ -47,6 +47,11 @@ def _plugin_args() -> list[str]:
 
 @pytest.fixture
 def run(pytester, monkeypatch):
+    # POISON_CONFTEST replaces syncguard.poison.sticky_error, and an in-process run leaves it
+    # replaced: later in-process runs on the same xdist worker read "poisoned". Put it back.
+    import syncguard.poison
+
+    monkeypatch.setattr(syncguard.poison, "sticky_error", syncguard.poison.sticky_error)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
