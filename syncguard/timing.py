@@ -49,7 +49,7 @@ class Band:
         try:
             b = cls(float(data["median"]), float(data["band"]), int(data["processes"]),
                     int(data["reps"]))
-        except (TypeError, KeyError, ValueError):
+        except (TypeError, KeyError, ValueError, OverflowError):  # float(10**400): Overflow
             return None
         return b if _finite(b.median) and _finite(b.band) and b.median > 0 else None
 
