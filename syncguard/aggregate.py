@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .codescope import EVERYWHERE, Attribution, CodeScope, attribute, frames_of
-from .events import SchemaError, SyncEvent
+from .events import SchemaError, SyncEvent, check_fields
 
 #: frames kept of each record's first stack (the detectors collect this many today)
 STACK_FRAMES = 8
@@ -79,8 +79,8 @@ class SiteRecord:
             raise SchemaError(f"site record has unknown fields {sorted(unknown)}")
         if not isinstance(data.get("count"), int) or not isinstance(data.get("kind"), str):
             raise SchemaError(f"site record without an integer count and a kind: {str(data)[:80]}")
+        check_fields(cls, data, "site record")
         kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        kwargs["phases"] = dict(data.get("phases") or {})
         return cls(**kwargs)
 
 

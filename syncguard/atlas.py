@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .alternatives import Alternative, for_snippet
-from .events import SchemaError
+from .events import SchemaError, check_schema, check_types
 from .matrix import parse_version
 
 RUN_SCHEMA, RUN_SCHEMA_VERSION = "syncguard-corpus-run", 2
@@ -122,21 +122,63 @@ def load_run(path: str) -> dict[str, Any]:
     from .sessionfile import read_json
 
     doc = read_json(path, "corpus run")
-    if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
-        if doc.get("schema_version") != 1 or "results" not in doc or "environment" not in doc:
-            raise SchemaError(f"{path}: merge benchmark of an unknown shape (schema_version "
-                              f"{doc.get('schema_version')!r}; this syncguard reads 1)")
-        return doc
-    if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
-        raise SchemaError(f"{path}: not a corpus run (schema {RUN_SCHEMA!r}); "
-                          "write one with tools/corpus_report.py")
-    if doc.get("schema_version") != RUN_SCHEMA_VERSION:
-        raise SchemaError(f"{path}: corpus run schema_version {doc.get('schema_version')!r}; "
-                          f"this syncguard reads {RUN_SCHEMA_VERSION}")
-    for key in ("provenance", "snippets", "summary"):
-        if key not in doc:
-            raise SchemaError(f"{path}: corpus run has no {key!r}")
+    try:
+        if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
+            check_schema(doc, "merge benchmark", (1,))
+            _check_bench(doc)
+            return doc
+        if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
+            raise SchemaError(f"not a corpus run (schema {RUN_SCHEMA!r}); "
+                              "write one with tools/corpus_report.py")
+        check_schema(doc, "corpus run", (RUN_SCHEMA_VERSION,))
+        _check_run(doc)
+    except SchemaError as e:
+        raise SchemaError(f"{path}: {e}") from None
     return doc
+
+
+# What build() and the renderers read of a run, with the types they read it as
+# (syncguard.events.VALUE_TYPES): a run checked for its keys alone gave a traceback on a value
+# of another type (``"snippets": null``, a wait without its API).
+_PROVENANCE = dict.fromkeys(("torch", "cuda_runtime", "gpu", "driver", "git_commit",
+                             "source_sha256", "created", "truth_source"), "str | None")
+_AGREEMENT = dict.fromkeys(("syncs_agree", "judged", "kind_agree", "kind_judged",
+                            "events_on_line", "events", "other_threads"), "float")
+_SNIPPET = {"id": "str", "corpus": "str", "doc": "str | None", "error": "str | None",
+            "truth": "dict | None"}
+_WAIT = {"kind": "str", "api": "str", "op": "str | None", "direction": "str | None",
+         "memory": "str | None"}
+_RESULT = {"variant": "str", "tokens": "int", "hidden": "int", "device_x_copy": "dict",
+           "host_us": "dict", "peak_extra_bytes": "float"}
+_SPREAD = dict.fromkeys(("median", "min", "max"), "float")
+
+
+def _check_run(doc: dict[str, Any]) -> None:
+    check_types(doc, {"provenance": "dict", "snippets": "list", "summary": "dict"}, "corpus run",
+                required=("provenance", "snippets", "summary"))
+    check_types(doc["provenance"], _PROVENANCE, "provenance")
+    check_types(doc["summary"], {"default": "dict | None"}, "summary")
+    if doc["summary"].get("default"):
+        check_types(doc["summary"]["default"], _AGREEMENT, "summary.default", required=_AGREEMENT)
+    for i, snippet in enumerate(doc["snippets"]):
+        check_types(snippet, _SNIPPET, f"snippets[{i}]", required=("id", "corpus"))
+        truth = snippet.get("truth") or {}
+        check_types(truth, {"why": "str | None", "waits": "list"}, f"snippets[{i}].truth")
+        for j, wait in enumerate(truth.get("waits", [])):
+            check_types(wait, _WAIT, f"snippets[{i}].truth.waits[{j}]", required=("kind", "api"))
+
+
+def _check_bench(doc: dict[str, Any]) -> None:
+    check_types(doc, {"environment": "dict", "results": "list"}, "merge benchmark",
+                required=("environment", "results"))
+    env = doc["environment"]
+    check_types(env, {"torch": "str | None", "gpu": "str | None", "project": "dict | None"},
+                "environment")
+    check_types(env.get("project") or {}, {"commit": "str | None"}, "environment.project")
+    for i, result in enumerate(doc["results"]):
+        check_types(result, _RESULT, f"results[{i}]", required=_RESULT)
+        for key in ("device_x_copy", "host_us"):
+            check_types(result[key], _SPREAD, f"results[{i}].{key}", required=_SPREAD)
 
 
 def _agreement(summary: dict[str, Any]) -> str:

@@ -65,7 +65,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .aggregate import SiteRecord, aggregate, total
-from .events import RaceEvent, SchemaError, SyncEvent, parse_json
+from .events import (RaceEvent, SchemaError, SyncEvent, check_fields, check_schema, check_types,
+                     parse_json)
 
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
@@ -129,6 +130,7 @@ class TestEntry:
         unknown = set(data) - set(TEST_FIELDS)
         if unknown:
             raise SchemaError(f"{data['nodeid']}: unknown fields {sorted(unknown)}")
+        check_fields(cls, data, data["nodeid"])
         try:
             syncs, allowed, outside = (_records(data.get(k)) for k in ("syncs", "allowed",
                                                                          "outside"))
@@ -430,12 +432,7 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     doc = read_json(path, "session report")
     try:
-        if not isinstance(doc, dict):
-            raise SchemaError("session report is not a JSON object")
-        version = doc.get("schema_version")
-        if version not in READS:
-            raise SchemaError(f"session report has schema_version {version!r}; this syncguard "
-                              f"reads {', '.join(map(str, READS))}")
+        check_schema(doc, "session report", READS)
         if doc.get("kind") != "syncguard-session":
             raise SchemaError(f"kind is {doc.get('kind')!r}, not 'syncguard-session'")
         for key in ("environment", "tests"):
@@ -447,7 +444,8 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
         _unpack_stacks(doc)
         ran = (doc.get("provenance") or {}).get("detectors_ran")
         doc["tests"] = [TestEntry.from_dict({"detector_reason": ran, **t}) if ran and
-                        t.get("audit") in AUDITED_STATES else TestEntry.from_dict(t)
+                        isinstance(t, dict) and t.get("audit") in AUDITED_STATES
+                        else TestEntry.from_dict(t)
                         for t in doc["tests"]]
         doc["schema_version"], doc["frames"] = SESSION_SCHEMA_VERSION, []
     except SchemaError as e:
@@ -471,6 +469,7 @@ def _check_header(doc: dict[str, Any]) -> None:
         raise SchemaError(f"environment.device is {env['device']!r}, not 'cpu' or 'cuda'")
     if "provenance" in doc and not isinstance(doc["provenance"], dict):
         raise SchemaError("'provenance' is not an object")
+    check_types(doc.get("provenance") or {}, {"detectors_ran": "str | None"}, "provenance")
     if not isinstance(doc.get("complete", True), bool):
         raise SchemaError(f"'complete' is {doc['complete']!r}, not true or false")
 

@@ -421,18 +421,193 @@ def test_fuzzed_input_exits_0_or_2_with_one_line_and_writes_nothing(tmp_path_fac
     else:
         argv = ["report", str(good), str(fuzzed)] + (["--baseline", str(base)] if gate else [])
     argv += ["--format", fmt, "--output", str(out), "--allow-mixed-commits"] + gate
+    code, _ = _exits_0_or_2_writing_nothing(argv, folder, gate == ["--fail-on", "regression"])
+    event(f"exit {code}")
+
+
+def _exits_0_or_2_writing_nothing(argv: list[str], folder: Path, gated: bool = False
+                                  ) -> tuple[int, str]:
+    """Run the command in this process (an exception fails the test, as a traceback would fail
+    the user): exit 0, 1 only when ``gated``, or 2 with one ``syncguard: error:`` line and
+    ``folder`` as it was. Returns (exit code, stderr)."""
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = cli.main(argv)
-    event(f"exit {code}")
-    assert code in (0, 1, 2) if gate == ["--fail-on", "regression"] else code in (0, 2)
+    assert code in (0, 1, 2) if gated else code in (0, 2)
     if code == 2:
         lines = err.getvalue().splitlines()
         assert len(lines) == 1 and lines[0].startswith("syncguard: error: "), err.getvalue()
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == before, "bad input wrote"
     else:
         assert "Traceback" not in err.getvalue()
+    return code, err.getvalue()
+
+
+# -- one field of a real document, of the wrong type, at any depth ------------------------------
+
+#: a session report of the current schema (3): per-site records with phases, a provenance with
+#: detectors_ran, an allowed sync, recorded values (the fixtures above are version 1)
+V3 = Path(__file__).parent / "fixtures" / "session-v3" / "sample-serial.json"
+ATLAS_RUNS = ROOT / "reports" / "atlas-runs"
+
+
+def _small_corpus_run() -> dict:
+    """corpus-run-2.11.0.json with a few snippets (one that waits, one that copies, the first
+    without ground truth if any): every shape the atlas reads, at a fraction of the size."""
+    run = json.loads((ATLAS_RUNS / "corpus-run-2.11.0.json").read_text())
+    snippets = run["snippets"]
+    keep = snippets[:2] + [s for s in snippets if s["truth"].get("waits")][:2] + [
+        s for s in snippets if s.get("error") or not s["truth"].get("ok")][:1]
+    run["snippets"] = [{k: v for k, v in s.items() if k not in ("detectors", "agreement")}
+                       for s in keep]
+    return run
+
+
+def _paths(node, path=()):
+    """Every path into a JSON document (keys and indexes), containers included, root excluded."""
+    if path:
+        yield path
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
+        node, list) else ()
+    for key, value in items:
+        yield from _paths(value, (*path, key))
+
+
+def _set(doc, path, value):
+    for key in path[:-1]:
+        doc = doc[key]
+    doc[path[-1]] = value
+
+
+_WRONG = (st.none() | st.booleans() | st.integers(-3, 3)
+          | st.sampled_from([2**63, -2**63 - 1, 10**30, 10**400])
+          | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=4)
+          | st.lists(st.integers(0, 3) | st.text(max_size=2), max_size=2)
+          | st.dictionaries(st.text(max_size=3), st.none() | st.integers(-1, 3), max_size=2))
+
+_DOCS = {"report": json.loads(V3.read_text()), "corpus run": _small_corpus_run(),
+         "report v1": json.loads((FIXTURES / "cuda-torch-2.8.0.json").read_text()),
+         "merge benchmark": json.loads((ATLAS_RUNS / "merge-split-2.11.0.json").read_text())}
+_DOC_PATHS = {name: list(_paths(doc)) for name, doc in _DOCS.items()}
+
+
+@st.composite
+def _one_wrong_field(draw, names) -> tuple[str, bytes]:
+    """(which document, its text with one field, anywhere, replaced by a value of another type)."""
+    name = draw(st.sampled_from(names))
+    doc = json.loads(json.dumps(_DOCS[name]))
+    path = draw(st.sampled_from(_DOC_PATHS[name]))
+    value = draw(_WRONG)
+    event(f"{name}: {type(value).__name__}")
+    _set(doc, path, value)
+    return name, json.dumps(doc, allow_nan=True).encode()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(fuzzed=_one_wrong_field(["report", "report v1"]), fmt=st.sampled_from(["table", "markdown", "json"]),
+       gate=st.sampled_from([[], ["--fail-on", "any"], ["--update-baseline"]]))
+def test_a_report_with_one_field_of_the_wrong_type_exits_0_or_2(tmp_path_factory, fuzzed, fmt,
+                                                                gate):
+    """The report alone (a second report of the same run would stop at "both reports of run"
+    before the matrix read the changed field); one of version 3, one of version 1 (events)."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    bad = folder / "fuzzed.json"
+    bad.write_bytes(fuzzed[1])
+    argv = ["report", str(bad), "--format", fmt, "--output", str(folder / "out.txt"),
+            *(["--baseline", str(folder / "base.json")] if gate == ["--update-baseline"] else []),
+            *gate]
+    code, _ = _exits_0_or_2_writing_nothing(argv, folder, gate == ["--fail-on", "any"])
+    event(f"exit {code}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(fuzzed=_one_wrong_field(["corpus run", "merge benchmark"]),
+       fmt=st.sampled_from(["table", "markdown", "json"]))
+def test_an_atlas_run_with_one_field_of_the_wrong_type_exits_0_or_2(tmp_path_factory, fuzzed,
+                                                                   fmt):
+    """A corpus run and the merge benchmark of the same torch, one of them changed: the atlas
+    joins them, so both are read through."""
+    folder = tmp_path_factory.mktemp("fuzz")
+    name, text = fuzzed
+    corpus, bench = folder / "corpus.json", folder / "bench.json"
+    corpus.write_text(json.dumps(_DOCS["corpus run"]))
+    bench.write_text(json.dumps(_DOCS["merge benchmark"]))
+    (corpus if name == "corpus run" else bench).write_bytes(text)
+    argv = ["atlas", str(corpus), str(bench), "--format", fmt, "--output", str(folder / "out")]
+    code, _ = _exits_0_or_2_writing_nothing(argv, folder)
+    event(f"exit {code}")
+
+
+def _first(doc: dict, key: str) -> dict:
+    """The first record under ``key`` ("syncs" or "allowed") of any test of a session report."""
+    return next(r for t in doc["tests"] for r in t[key])
+
+
+# (what to change, the words the one line must carry); each crashed with a traceback before
+REPORT_CASES = [
+    (lambda d: d.update(tests=[1]), "malformed test entry 1"),
+    (lambda d: d["tests"][0].update(measurements="x"), "measurements is 'x', not an object"),
+    (lambda d: d["tests"][0].update(measurements={"t": 10**400}), "measurements is"),
+    (lambda d: _first(d, "syncs").update(phases="x"), "phases is 'x', not an object of counts"),
+    (lambda d: _first(d, "syncs").update(phases={"run": None}), "phases is {'run': None}"),
+    (lambda d: _first(d, "syncs").update(phases={"run": 10**30}), "phases is {'run': 1000"),
+    (lambda d: _first(d, "allowed").update(phases={"run": None}), "phases is {'run': None}"),
+    (lambda d: _first(d, "syncs").update(api=1), "api is 1, not a string"),
+    (lambda d: _first(d, "syncs").update(ops=1), "ops is 1, not a list of strings"),
+    (lambda d: _first(d, "syncs").update(ops={}), "ops is {}, not a list of strings"),
+    (lambda d: _first(d, "syncs").update(filename=1), "filename is 1, not a string or null"),
+    (lambda d: _first(d, "syncs").update(detectors=1), "detectors is 1, not a list of strings"),
+    (lambda d: _first(d, "syncs").update(count=10**30), "count is 1000"),
+    (lambda d: d["provenance"].update(detectors_ran=1), "detectors_ran is 1, not a string"),
+    (lambda d: d.update(schema_version=True), "session report has schema_version True"),
+]
+
+
+@pytest.mark.parametrize("change, message", REPORT_CASES)
+def test_a_report_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, change, message):
+    doc = json.loads(V3.read_text())
+    change(doc)
+    bad = save(tmp_path / "bad.json", doc)
+    code, err = _exits_0_or_2_writing_nothing(
+        ["report", str(bad), "--output", str(tmp_path / "out")], tmp_path)
+    assert code == 2 and "bad.json: " in err and message in err, err
+
+
+def _snippet(d: dict) -> dict:
+    return d["snippets"][0]
+
+
+ATLAS_CASES = [
+    (lambda d: d.update(snippets=None), "corpus run: snippets is None, not a list"),
+    (lambda d: d.update(summary=None), "corpus run: summary is None, not an object"),
+    (lambda d: d.update(provenance=None), "corpus run: provenance is None, not an object"),
+    (lambda d: d["snippets"].__setitem__(0, {}), "snippets[0] has no 'id'"),
+    (lambda d: _snippet(d).update(id=[]), "snippets[0]: id is [], not a string"),
+    (lambda d: _snippet(d).update(truth=1), "snippets[0]: truth is 1, not an object or null"),
+    (lambda d: _snippet(d)["truth"].update(waits=None), "snippets[0].truth: waits is None"),
+    (lambda d: _snippet(d)["truth"]["waits"].__setitem__(0, {}),
+     "snippets[0].truth.waits[0] has no 'kind'"),
+    (lambda d: d["summary"].update(default=1), "summary: default is 1, not an object or null"),
+    (lambda d: d["summary"]["default"].update(events="x"),
+     "summary.default: events is 'x', not a finite number"),
+    (lambda d: d["provenance"].update(git_commit=7), "provenance: git_commit is 7"),
+    (lambda d: d.update(schema_version=2.0), "corpus run has schema_version 2.0"),
+]
+
+
+@pytest.mark.parametrize("change, message", ATLAS_CASES)
+def test_an_atlas_run_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, change, message):
+    doc = json.loads((ATLAS_RUNS / "corpus-run-2.11.0.json").read_text())
+    assert _snippet(doc)["truth"]["waits"], "the first snippet of the run no longer waits"
+    change(doc)
+    bad = save(tmp_path / "bad.json", doc)
+    code, err = _exits_0_or_2_writing_nothing(
+        ["atlas", str(bad), "--format", "markdown", "--output", str(tmp_path / "out.md")], tmp_path)
+    assert code == 2 and "bad.json: " in err and message in err, err
+
 
 
 def _report_with_tests(tmp_path, tests) -> tuple[int, str]:

@@ -229,6 +229,43 @@ def test_report_rejects_bad_json(text, match):
         Report.from_json(text)
 
 
+@pytest.mark.parametrize("text,match", [
+    ('{"schema_version": 1, "syncs": [{"kind": "stream_sync"}]}', "SyncEvent has no 'api'"),
+    ('{"schema_version": 1, "syncs": null}', "syncs is None, not a list"),
+    ('{"schema_version": 1, "syncs": [{"api": "a", "kind": "k", "lineno": "3"}]}',
+     "lineno is '3', not an integer or null"),
+    ('{"schema_version": 1, "races": [{"kind": "race", "what": "w", "streams": "7"}]}',
+     "streams is '7', not a list of integers"),
+    ('{"schema_version": 1, "syncs": [{"api": "a", "kind": "k", "host_blocked_us": NaN}]}',
+     "host_blocked_us is nan, not a finite number"),
+    ('{"schema_version": 1, "cuda_available": "false"}', "cuda_available is 'false', not true"),
+    ('{"schema_version": 1, "detectors": "cuda"}', "detectors is 'cuda', not a list of strings"),
+    ('{"schema_version": 1, "notes": "abc"}', "notes is 'abc', not a list of strings"),
+    ('{"schema_version": true}', "schema_version True"),
+    ('{"schema_version": 1.0}', "schema_version 1.0"),
+    ("1" * 5000, "not a JSON document syncguard can read"),
+    ("[" * 100_000, "not a JSON document syncguard can read"),
+])
+def test_report_fields_of_the_wrong_type_are_one_schema_error(text, match):
+    """Why: from_dict checked the schema version alone; a sync without its API was a TypeError,
+    "false" read as True, "cuda" as four detectors and "abc" as three notes; ``true`` passed as
+    version 1 (True == 1); a 5000-digit number (ValueError) or deep nesting (RecursionError)
+    escaped parse_json."""
+    with pytest.raises(syncguard.SchemaError, match=match) as caught:
+        Report.from_json(text)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+def test_report_json_has_no_nan_or_infinity():
+    """Why: to_json wrote a wait of NaN or Infinity as Python's ``NaN``, which is not JSON; it
+    is now null, as a wait no detector measured, and the text reads back."""
+    e = SyncEvent(api="a", kind="stream_sync", host_blocked_us=float("nan"))
+    r = Report(syncs=[e, dataclasses.replace(e, host_blocked_us=float("inf"))])
+    text = r.to_json()
+    assert "NaN" not in text and "Infinity" not in text
+    assert [s.host_blocked_us for s in Report.from_json(text).syncs] == [None, None]
+
+
 def test_trace_hooks_restore_what_they_wrapped():
     torch = pytest.importorskip("torch")
     hub = detect.TraceHub()  # wrappers only: torch's _gpu_trace belongs to the opt-in gpu_trace
