@@ -117,13 +117,15 @@ def render(fmt: str, matrix: mx.Matrix, cmp: bl.Comparison | None, to_terminal: 
     return chosen.text(matrix, cmp)
 
 
-def _refuse_overwriting_an_input(output: Path, inputs: list[Path], baseline: Path | None) -> None:
-    """``--output`` must not name a file this command reads: it would replace the evidence."""
+def _refuse_overwriting_an_input(output: Path, inputs: list[Path], baseline: Path | None,
+                                 noun: str = "reports") -> None:
+    """``--output`` must not name a file this command reads: it would replace the evidence.
+    Both commands call it (``noun``: what their inputs are)."""
     target = output.resolve()
     for path in inputs + ([baseline] if baseline else []):
         if path.resolve() == target or (output.exists() and path.exists()
                                         and os.path.samefile(output, path)):
-            what = "the baseline" if path == baseline else "one of the input reports"
+            what = "the baseline" if path == baseline else f"one of the input {noun}"
             raise InputError(f"--output {output} is {what}; refusing to overwrite it")
 
 
@@ -208,8 +210,11 @@ def matrix_command(args: argparse.Namespace) -> int:
 
 def atlas_command(args: argparse.Namespace) -> int:
     """``syncguard atlas``: corpus runs -> the atlas (syncguard/atlas.py)."""
+    inputs = expand(args.runs)
+    if args.output:
+        _refuse_overwriting_an_input(Path(args.output), inputs, None, noun="runs")
     try:
-        return atlas.command(args, [str(p) for p in expand(args.runs)])
+        return atlas.command(args, [str(p) for p in inputs])
     except SchemaError as e:
         raise InputError(str(e)) from None
     except OSError as e:

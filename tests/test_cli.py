@@ -609,6 +609,16 @@ def test_an_atlas_run_field_of_the_wrong_type_is_one_line_naming_it(tmp_path, ch
     assert code == 2 and "bad.json: " in err and message in err, err
 
 
+def test_atlas_output_naming_one_of_its_runs_is_refused_and_overwrites_nothing(tmp_path, capsys):
+    """Why: ``syncguard atlas run.json --output run.json`` replaced its input with the atlas
+    and exited 0; it is refused, as ``syncguard report`` refuses it (one shared check)."""
+    run = tmp_path / "run.json"
+    shutil.copy(ATLAS_RUNS / "corpus-run-2.11.0.json", run)
+    before = run.read_bytes()
+    assert cli.main(["atlas", str(run), "--format", "markdown", "--output", str(run)]) == 2
+    assert "is one of the input runs; refusing to overwrite it" in error_line(capsys)
+    assert run.read_bytes() == before
+
 
 def _report_with_tests(tmp_path, tests) -> tuple[int, str]:
     """``syncguard report`` on a good report and a copy of it whose ``tests`` are ``tests``:
