@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from .codescope import EVERYWHERE, Attribution, CodeScope, attribute, frames_of
-from .events import SchemaError, SyncEvent, check_fields
+from .events import SyncEvent
+from .schema import SchemaError, check_fields
 
 #: frames kept of each record's first stack (the detectors collect this many today)
 STACK_FRAMES = 8

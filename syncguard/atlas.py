@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from .alternatives import Alternative, for_snippet
-from .events import SchemaError, check_schema, check_types
+from .schema import SchemaError, check_schema, check_types
 from .matrix import parse_version
 
 RUN_SCHEMA, RUN_SCHEMA_VERSION = "syncguard-corpus-run", 2
@@ -138,7 +138,7 @@ def load_run(path: str) -> dict[str, Any]:
 
 
 # What build() and the renderers read of a run, with the types they read it as
-# (syncguard.events.VALUE_TYPES): a run checked for its keys alone gave a traceback on a value
+# (syncguard.schema.VALUE_TYPES): a run checked for its keys alone gave a traceback on a value
 # of another type (``"snippets": null``, a wait without its API).
 _PROVENANCE = dict.fromkeys(("torch", "cuda_runtime", "gpu", "driver", "git_commit",
                              "source_sha256", "created", "truth_source"), "str | None")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import timing
-from .events import SCHEMA_VERSION, SchemaError, check_schema
+from .schema import SCHEMA_VERSION, SchemaError, check_schema
 from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, audited_count, summary
 
 BASELINE_KIND = "syncguard-baseline"

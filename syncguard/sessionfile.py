@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .aggregate import SiteRecord, aggregate, total
-from .events import (RaceEvent, SchemaError, SyncEvent, check_fields, check_schema, check_types,
-                     parse_json)
+from .events import RaceEvent, SyncEvent
+from .schema import SchemaError, check_fields, check_schema, check_types, parse_json
 
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
