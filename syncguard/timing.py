@@ -8,7 +8,11 @@ process (allocator state, clocks, placement) moves the number. Anything less is 
 report and never gated.
 
 The noise band of a set of samples is the largest relative distance of one process's median from
-the median of the process medians. A timing regresses when its median exceeds the baseline's by
+the median of the process medians, floored by the spread within a process: the median over the
+processes of each one's median absolute deviation relative to its median. Why the floor: two
+processes can land on the same median by chance (a band of 0) while each of their repetitions
+moves by ±2 %; a band of 0 would then gate a 0.2 % change, smaller than what one process's own
+repetitions show to be noise. A timing regresses when its median exceeds the baseline's by
 more than the threshold ``1 + 2 * (band_baseline + band_now)``, which the output states with
 every comparison (the same idea as asv's ``--factor`` and pytest-benchmark's compare thresholds,
 but measured instead of chosen).
@@ -84,11 +88,20 @@ def samples(measurements: Mapping[str, Any]) -> dict[str, tuple[tuple[float, ...
     return out
 
 
+def _within(reps: tuple[float, ...]) -> float:
+    """One process's spread: the median absolute deviation of its repetitions, relative to
+    their median."""
+    mid = statistics.median(reps)
+    return statistics.median(abs(x - mid) for x in reps) / mid
+
+
 def band(per_process: tuple[tuple[float, ...], ...]) -> Band:
+    """The band between processes, floored by the typical spread within one (module docstring)."""
     medians = [statistics.median(reps) for reps in per_process]
     center = statistics.median(medians)
-    spread = max(abs(m - center) / center for m in medians)
-    return Band(center, spread, len(per_process), min(len(r) for r in per_process))
+    between = max(abs(m - center) / center for m in medians)
+    within = statistics.median(_within(reps) for reps in per_process)
+    return Band(center, max(between, within), len(per_process), min(len(r) for r in per_process))
 
 
 def threshold(base: Band, now: Band) -> float:

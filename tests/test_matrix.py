@@ -328,6 +328,23 @@ def test_noise_band_is_the_spread_of_process_medians():
     assert not timing.band(((1.0,) * 4, (1.0,) * 4)).gateable  # too few repetitions
 
 
+def test_noise_band_is_floored_by_the_spread_within_a_process():
+    """Why: two processes with the same median had a band of 0, and a 0.2 % change was gated as
+    a regression although each process's own repetitions moved by ±2 %."""
+    reps = (0.98, 0.99, 1.00, 1.01, 1.02)  # median 1.00, median absolute deviation 0.01
+    b = timing.band((reps, reps))
+    assert b.median == pytest.approx(1.0) and b.band == pytest.approx(0.01)
+    assert timing.threshold(b, b) == pytest.approx(1.04)
+    d = doc(V211)
+    _samples(d, SCATTER, [list(reps), list(reps)])
+    base = bl.make(build(d))
+    _samples(d, SCATTER, [[x * 1.002 for x in reps]] * 2)
+    cmp = bl.compare(build(d), base)
+    assert cmp.regressions == () and "within the noise band" in cmp.timings[0]
+    _samples(d, SCATTER, [[x * 1.10 for x in reps]] * 2)  # 10 %: beyond ±1 % + ±1 %, doubled
+    assert [r.nodeid for r in bl.compare(build(d), base).regressions] == [SCATTER]
+
+
 # -- provenance ---------------------------------------------------------------------------------
 
 def test_runs_from_other_detector_code_or_without_provenance_are_mixed_and_marked():
