@@ -254,7 +254,8 @@ def make_run(doc: dict[str, Any], path: str = "") -> Run:
 def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
     """Matrix from (path, document from :func:`sessionfile.load_document`) pairs.
 
-    Raises SchemaError for two reports of one run."""
+    Raises SchemaError for two reports of one run, and for a nodeid twice in one report (the
+    second would silently replace the first, and with it whatever the first saw)."""
     runs: dict[str, Run] = {}
     cells: dict[tuple[str, str], Cell] = {}
     for path, doc in docs:
@@ -264,6 +265,9 @@ def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
                               f"'{run.label}'; pass one of them")
         runs[run.label] = run
         for test in doc["tests"]:
+            if (run.label, test.nodeid) in cells:
+                raise SchemaError(f"{path}: test {test.nodeid!r} appears twice; a report holds "
+                                  "one entry per test")
             cells[(run.label, test.nodeid)] = make_cell(test, run)
     ordered = tuple(sorted(runs.values(), key=lambda r: r.sort_key))
     nodeids = tuple(sorted({nodeid for _, nodeid in cells}))

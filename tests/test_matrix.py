@@ -115,6 +115,16 @@ def test_duplicate_run_is_refused_naming_both_files():
         mx.build([("a.json", typed(doc(V211))), ("b.json", typed(doc(V211)))])
 
 
+def test_a_nodeid_twice_in_one_report_is_refused_naming_it():
+    """Why: the second entry silently replaced the first, and with it its syncs."""
+    d = doc(V211)
+    d["tests"].append({**entry(d, DECL), "outcome": "passed", "audit": "clean"})
+    with pytest.raises(SchemaError, match=re.escape(
+            "r0.json: test 'cases/test_merge.py::test_declared_sync[index_put_cpu_mask]' "
+            "appears twice")):
+        build(d)
+
+
 def test_measurements_show_percent_change_between_versions():
     d28, d211 = doc(V28), doc(V211)
     rows = [r for r in mx.measurement_rows(build(d28, d211)) if r[0] == SCATTER]
