@@ -86,10 +86,12 @@ def make(matrix: Matrix, old: dict[str, Any] | None = None,
             "runs": {label: runs[label] for label in sorted(runs)}}
 
 
-def resolve_drops(names: list[str], baseline: dict[str, Any] | None) -> tuple[str, ...]:
+def resolve_drops(names: list[str], baseline: dict[str, Any] | None,
+                  given: tuple[str, ...] = ()) -> tuple[str, ...]:
     """Baseline run labels for ``--drop-baseline-run`` arguments: a whole label, or a torch
     version (``2.8.0`` or ``2.8.0+cu128``) naming exactly one run. Anything else is a one-line
-    ValueError."""
+    ValueError, and so is a run among the ``given`` input runs: the update rewrites it from its
+    report, so dropping it would silently do nothing."""
     labels = sorted((baseline or {}).get("runs", {}))
     out = []
     for name in names:
@@ -100,6 +102,10 @@ def resolve_drops(names: list[str], baseline: dict[str, Any] | None) -> tuple[st
                              + ("no baseline run matches" if not hits else
                                 f"matches {len(hits)} runs ({'; '.join(hits)})")
                              + f"; baseline runs: {'; '.join(labels) or 'none'}")
+        if hits[0] in given:
+            raise ValueError(f"--drop-baseline-run {name!r}: run {hits[0]!r} is among the input "
+                             "reports, which the update writes back; leave its report off the "
+                             "inputs to drop it")
         out.append(hits[0])
     return tuple(out)
 

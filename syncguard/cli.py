@@ -169,7 +169,8 @@ def matrix_command(args: argparse.Namespace) -> int:
     if args.drop_baseline_run and not args.update_baseline:
         raise InputError("--drop-baseline-run needs --update-baseline (it changes the baseline)")
     try:
-        drops = bl.resolve_drops(args.drop_baseline_run, baseline)
+        drops = bl.resolve_drops(args.drop_baseline_run, baseline,
+                                 tuple(r.label for r in matrix.runs))
     except ValueError as e:
         raise InputError(str(e)) from None
     cmp = bl.compare(matrix, baseline) if baseline is not None else None

@@ -336,6 +336,9 @@ def test_a_run_no_longer_measured_is_dropped_from_the_baseline_on_purpose(report
 @pytest.mark.parametrize("extra, message", [
     (["--drop-baseline-run", "2.8.0"], "--drop-baseline-run needs --update-baseline"),
     (["--update-baseline", "--drop-baseline-run", "1.0"], "--drop-baseline-run '1.0': no baseline run matches"),
+    # a run among the inputs is written back by the update: dropping it did nothing, silently
+    (["--update-baseline", "--drop-baseline-run", "2.8.0"],
+     "--drop-baseline-run '2.8.0': run 'torch 2.8.0+cu128 · NVIDIA H200' is among the input reports"),
 ])
 def test_drop_baseline_run_refuses_bad_input_in_one_line(reports, tmp_path, capsys, extra, message):
     base = tmp_path / "baseline.json"
