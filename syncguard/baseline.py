@@ -29,7 +29,7 @@ never drops a run; :func:`diff` lists what an update accepts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from . import timing
 from .schema import SCHEMA_VERSION, SchemaError, check_schema
@@ -62,10 +62,18 @@ class Comparison:
     ungated_timings: int = 0  # timings shown but not gated (too few processes/repetitions)
 
 
+def gate_state(cell: Cell) -> str:
+    """The state the gate judges: an xfailed test counts as failed (its audit stopped at the
+    expected failure, so it saw less than a passing run); an xpassed one ran to its end."""
+    return "failed" if cell.outcome == "xfailed" else cell.state
+
+
 def entry(cell: Cell) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": cell.state, "syncs": len(cell.syncs), "kinds": list(cell.kinds),
+    out: dict[str, Any] = {"state": gate_state(cell), "audited": cell.audited,
+                           "syncs": len(cell.syncs), "kinds": list(cell.kinds),
                            "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds),
-                           "budget": dict(sorted(cell.sites.items()))}
+                           "budget": dict(sorted(cell.sites.items())),
+                           "sync_sites": dict(sorted(cell.sync_sites.items()))}
     bands = {k: timing.band(v) for k, v in cell.samples.items()}
     gated = {k: b.to_dict() for k, b in sorted(bands.items()) if b.gateable}
     if gated:
@@ -146,6 +154,9 @@ def check(data: Any) -> dict[str, Any]:
                 raise SchemaError(f"entry for {nodeid!r} in run {label!r} has no valid per-site "
                                   "'budget' (a baseline older than budgets: rewrite it with "
                                   "--update-baseline)")
+            if not _budget_ok(e.get("sync_sites", {})) or not isinstance(e.get("audited", True), bool):
+                raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'sync_sites' or "
+                                  "'audited' is malformed")
             if "timing" in e and not isinstance(e["timing"], dict):
                 raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'timing' is not an object")
     return data
@@ -157,33 +168,53 @@ def _text(e: dict[str, Any]) -> str:
     return summary(e["state"], e["syncs"], e["kinds"], e.get("allowed", 0), e.get("allowed_kinds", []))
 
 
-def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(worse, better) reasons for one case of one run."""
+def _kinds(now: set[str], before: set[str], what: str = "") -> tuple[list[str], list[str]]:
+    """(worse, better): kinds ``now`` has that ``before`` lacks, and the other way round."""
+    new, gone = sorted(now - before), sorted(before - now)
+    return ([f"new {what}kind {', '.join(new)}"] if new else [],
+            [f"no more {what}{', '.join(gone)}"] if gone else [])
+
+
+def _sites(now: Mapping[str, int], before: Mapping[str, int], noun: str,
+           limit: str) -> tuple[list[str], list[str]]:
+    """(worse, better): sites with more syncs than ``before`` allows (a site it never saw
+    allows 0), and sites with fewer."""
     worse, better = [], []
-    if cell.state == "failed" and b["state"] != "failed":
+    for where in sorted(set(now) | set(before)):
+        n, b = now.get(where, 0), before.get(where, 0)
+        if n != b:
+            (worse if n > b else better).append(
+                f"{noun} at {where}: {n} {'>' if n > b else '<'} {limit} {b}")
+    return worse, better
+
+
+def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(worse, better) reasons for one case of one run. Fields an older baseline lacks are not
+    judged: without ``audited`` an entry stored an xfailed case as passed and a failed one as
+    never audited; without ``sync_sites`` it has no unallowed syncs per site."""
+    worse, better = [], []
+    now = gate_state(cell) if "audited" in b else cell.state
+    if now == "failed" and b["state"] != "failed":
         worse.append("now fails")
-    elif b["state"] == "failed" and cell.state != "failed":
+    elif b["state"] == "failed" and now != "failed":
         better.append("no longer fails")
-    if b["state"] in AUDITED and cell.state in UNJUDGED:
+    if b.get("audited", b["state"] in AUDITED) and cell.state in UNJUDGED:
         worse.append(f"was audited, now {cell.state.replace('_', ' ')}")
+    if b["state"] in UNJUDGED and cell.syncs:
+        worse.append(f"not judged in the baseline ({b['state'].replace('_', ' ')}), now "
+                     f"{len(cell.syncs)} unallowed sync(s)")
     if cell.state in UNJUDGED or b["state"] in UNJUDGED:
         return worse, better
-    n, kinds = len(cell.syncs), set(cell.kinds)
-    if n > b["syncs"]:
-        worse.append(f"syncs {b['syncs']} -> {n}")
-    elif n < b["syncs"]:
-        better.append(f"syncs {b['syncs']} -> {n}")
-    if kinds - set(b["kinds"]):
-        worse.append(f"new kind {', '.join(sorted(kinds - set(b['kinds'])))}")
-    if set(b["kinds"]) - kinds:
-        better.append(f"no more {', '.join(sorted(set(b['kinds']) - kinds))}")
-    budget = b["budget"]
-    for where in sorted(set(cell.sites) | set(budget)):
-        now, allowed = cell.sites.get(where, 0), budget.get(where, 0)
-        if now > allowed:
-            worse.append(f"allowed syncs at {where}: {now} > budget {allowed}")
-        elif now < allowed:
-            better.append(f"allowed syncs at {where}: {now} < budget {allowed}")
+    n = len(cell.syncs)
+    if n != b["syncs"]:
+        (worse if n > b["syncs"] else better).append(f"syncs {b['syncs']} -> {n}")
+    for more, fewer in (_kinds(set(cell.kinds), set(b["kinds"])),
+                        _kinds(set(cell.allowed_kinds), set(b.get("allowed_kinds", [])), "allowed "),
+                        _sites(cell.sites, b["budget"], "allowed syncs", "budget")):
+        worse += more
+        better += fewer
+    if "sync_sites" in b:  # fewer unallowed syncs are already said by the count
+        worse += _sites(cell.sync_sites, b["sync_sites"], "unallowed syncs", "baseline")[0]
     return worse, better
 
 
@@ -192,8 +223,18 @@ def _judge_timings(label: str, nodeid: str, cell: Cell, b: dict[str, Any],
     """Regressions among the gated timings; sentences go to ``lines``; returns the ungated count."""
     worse, ungated = [], 0
     accepted = b.get("timing") or {}
-    for key, per_process in sorted(cell.samples.items()):
-        now, base = timing.band(per_process), timing.Band.from_dict(accepted.get(key))
+    for key in sorted(set(cell.samples) | set(accepted)):
+        base = timing.Band.from_dict(accepted.get(key))
+        now = timing.band(cell.samples[key]) if key in cell.samples else None
+        if base is not None and base.gateable and (now is None or not now.gateable):
+            # a gated timing that stops being measured must not stop being gated unnoticed
+            worse.append(f"gated timing {key} no longer measured" + (
+                "" if now is None else f" enough to gate (processes × reps: {now.processes} × "
+                f"{now.reps}; gating needs {timing.MIN_PROCESSES} × {timing.MIN_REPS})"))
+            ungated += now is not None
+            continue
+        if now is None:
+            continue
         if base is None or not now.gateable:
             ungated += 1
             continue
@@ -270,8 +311,9 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
                 lines.append(f"- {nodeid} on {label}: was {_text(b)}")
             else:
                 what = [f"{_text(b)} -> {_text(a)}"] if _text(b) != _text(a) else []
-                if b.get("budget") != a.get("budget"):
-                    what.append(f"budget {b.get('budget')} -> {a.get('budget')}")
+                for key in ("budget", "sync_sites"):
+                    if b.get(key) != a.get(key):
+                        what.append(f"{key.replace('_', ' ')} {b.get(key)} -> {a.get(key)}")
                 if b.get("timing") != a.get("timing"):
                     what.append("timing")
                 lines.append(f"~ {nodeid} on {label}: {'; '.join(what) or 'details'}")

@@ -97,6 +97,16 @@ class Cell:
     #: timing samples per measurement key, one list of repetitions per process
     #: (syncguard.timing); only these are ever gated
     samples: Mapping[str, tuple[tuple[float, ...], ...]] = field(default_factory=dict)
+    #: unallowed syncs and races per site, as ``sites``: a sync that moves to another site with
+    #: the same count and kind is still a change the gate sees
+    sync_sites: Mapping[str, int] = field(default_factory=dict)
+    audit: str | None = None  # the test's own audit state (a failed test keeps it)
+
+    @property
+    def audited(self) -> bool:
+        """Its syncs were judged: an audited state, or a failure after its audit ran (a failed
+        case that was audited loses what its audit saw when it is later skipped)."""
+        return self.state in AUDITED or (self.state == "failed" and self.audit in AUDITED)
 
     @property
     def text(self) -> str:
@@ -209,13 +219,24 @@ def _phrases(records: Iterable[Any]) -> list[str]:
     return [p for r in records for phase, n in _by_phase(r) for p in (_phrase(r, phase),) * n]
 
 
-def site(e: SyncEvent, phase: str | None = None) -> str:
-    """Where an allowed sync is budgeted: the CUDA call (or kind) and the function and file that
-    made it, and its phase when not "run" (a compile-time sync has its own budget). Not the line,
-    so that an edit above a sync does not move its budget."""
-    where = f"{e.function or '?'} ({os.path.basename(e.filename)})" if e.filename else "?"
+def site(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
+    """Where a sync is counted (an allowed one budgeted): the CUDA call (or kind) and the
+    function and file that made it, and its phase when not "run" (a compile-time sync has its own
+    budget). Not the line, so that an edit above a sync does not move its budget."""
+    function = getattr(e, "function", None)
+    where = f"{function or '?'} ({os.path.basename(e.filename)})" if e.filename else "?"
     phase = phase or getattr(e, "phase", "run")
-    return f"{e.api or e.kind or '?'} in {where}" + (f" while {phase}" if phase != "run" else "")
+    return (f"{getattr(e, 'api', None) or e.kind or '?'} in {where}"
+            + (f" while {phase}" if phase != "run" else ""))
+
+
+def per_site(records: Iterable[Any]) -> dict[str, int]:
+    """Syncs per :func:`site`: a record stands for ``count`` syncs at its site, split by phase."""
+    counts: Counter = Counter()
+    for r in records:
+        for phase, n in _by_phase(r):
+            counts[site(r, phase)] += n
+    return dict(counts)
 
 
 def make_cell(test: TestEntry, run: Run) -> Cell:
@@ -233,14 +254,10 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
     numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
                if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
-    budget: Counter = Counter()
-    for e in allowed:  # a record stands for ``count`` syncs at its site, split by phase
-        for phase, n in _by_phase(e):
-            budget[site(e, phase)] += n
     return Cell(state, outcome, tuple(_phrases(events)),
                 tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
-                dict(budget), timing.samples(test.measurements))
+                per_site(allowed), timing.samples(test.measurements), per_site(events), audit)
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:

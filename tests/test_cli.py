@@ -90,7 +90,8 @@ def test_regression_against_baseline_exits_1(reports, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "**Regressions**" in out
     assert f"- {DECL} on torch 2.11.0+cu130 · NVIDIA H200: clean -> 1 sync (cudaStreamSynchronize " \
-           "via aten::nonzero at test_merge.py:41) (syncs 0 -> 1; new kind stream_sync)" in out
+           "via aten::nonzero at test_merge.py:41) (syncs 0 -> 1; new kind stream_sync; " \
+           "unallowed syncs at cudaStreamSynchronize in ? (test_merge.py): 1 > baseline 0)" in out
 
 
 def test_improvement_is_reported_and_exits_0(reports, tmp_path, capsys):

@@ -140,8 +140,9 @@ def test_baseline_round_trip_and_no_deltas_against_itself():
     m = build(doc(V28), doc(V211), doc(V213))
     base = bl.check(bl.make(m))
     assert base["runs"][label(doc(V28))][NOSYNC] == {
-        "state": "failed", "syncs": 1, "kinds": ["stream_sync"], "allowed": 0, "allowed_kinds": [],
-        "budget": {}}
+        "state": "failed", "audited": True, "syncs": 1, "kinds": ["stream_sync"], "allowed": 0,
+        "allowed_kinds": [], "budget": {},
+        "sync_sites": {"cudaStreamSynchronize in merge_cpu_mask (test_merge.py)": 1}}
     assert base["runs"][label(doc(V28))][DECL]["budget"] == {
         "cudaMemcpyAsync in merge_cpu_mask (test_merge.py)": 1,
         "cudaStreamSynchronize in merge_cpu_mask (test_merge.py)": 1}
@@ -158,7 +159,9 @@ def test_new_sync_or_race_on_a_clean_case_is_a_regression():
     entry(d, ROWS)["races"] = [RaceEvent(kind="race", what="host write to pinned buffer").to_dict()]
     cmp = bl.compare(build(d), base)
     why = {r.nodeid: r.why for r in cmp.regressions}
-    assert why == {DECL: "syncs 0 -> 1; new kind stream_sync", ROWS: "syncs 0 -> 1; new kind race"}
+    assert why == {DECL: "syncs 0 -> 1; new kind stream_sync; unallowed syncs at "
+                         "cudaStreamSynchronize in ? (test_merge.py): 1 > baseline 0",
+                   ROWS: "syncs 0 -> 1; new kind race; unallowed syncs at race in ?: 1 > baseline 0"}
     assert cmp.improvements == ()
 
 
@@ -172,7 +175,8 @@ def test_more_syncs_new_kind_and_failing_are_regressions_fewer_is_an_improvement
     entry(better, NOSYNC).update(outcome="passed", audit="clean", syncs=[])
     cmp = bl.compare(build(worse), base)
     assert {r.nodeid: r.why for r in cmp.regressions} == {
-        NOSYNC: "syncs 1 -> 2; new kind blocking_copy_d2h", SCATTER: "now fails"}
+        NOSYNC: "syncs 1 -> 2; new kind blocking_copy_d2h; unallowed syncs at cudaMemcpy in ?: "
+                "1 > baseline 0", SCATTER: "now fails"}
     cmp = bl.compare(build(better), base)
     assert cmp.regressions == ()
     why = "no longer fails; syncs 1 -> 0; no more stream_sync"
@@ -243,6 +247,101 @@ def test_an_audited_case_that_is_no_longer_audited_is_a_regression(now):
     cmp = bl.compare(build(d), base)
     assert [(r.nodeid, r.why) for r in cmp.regressions] == [
         (DECL, f"was audited, now {now.replace('_', ' ')}")]
+
+
+CUDA_DECL = "cases/test_merge.py::test_declared_sync[index_put_cuda_mask]"
+
+
+def test_an_allowed_sync_changing_kind_at_its_site_is_a_regression():
+    """Why: ``allowed_kinds`` was stored but never compared; same API, function and count kept
+    the budget whole."""
+    d = doc(V28)
+    base = bl.make(build(d))
+    entry(d, CUDA_DECL)["allowed"][0]["kind"] = "blocking_copy_d2h"
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (CUDA_DECL, "new allowed kind blocking_copy_d2h")]
+
+
+def test_an_unallowed_sync_moving_to_another_site_is_a_regression():
+    """Why: only the count and the kinds of unallowed syncs were kept, so one moving to a new
+    site with the same count and kind passed."""
+    d = doc(V28)
+    base = bl.make(build(d))
+    entry(d, NOSYNC)["syncs"][0]["function"] = "elsewhere"
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (NOSYNC, "unallowed syncs at cudaStreamSynchronize in elsewhere (test_merge.py): "
+                 "1 > baseline 0")]
+    del base["runs"][label(d)][NOSYNC]["sync_sites"]  # an older baseline: not judged, read
+    assert bl.compare(build(d), bl.check(base)).regressions == ()
+
+
+@pytest.mark.parametrize("before", ["skipped", "not_audited", "off"])
+def test_a_case_not_judged_in_the_baseline_now_syncing_is_a_regression(before):
+    """Why: a case the baseline did not judge was dropped from the comparison, so in record
+    mode (the test passes) its new unallowed syncs passed the gate. Audited clean: nothing."""
+    d = doc(V211)
+    if before == "skipped":
+        entry(d, SCATTER).update(outcome="skipped", audit="off")
+    else:
+        entry(d, SCATTER).update(audit=before, reason="no CUDA")
+    base = bl.make(build(d))
+    entry(d, SCATTER).update(outcome="passed", audit="clean", reason=None)
+    assert bl.compare(build(d), base).regressions == ()
+    entry(d, SCATTER).update(audit="syncs", syncs=[SyncEvent(
+        api="cudaStreamSynchronize", kind="stream_sync", filename="cases/test_merge.py",
+        lineno=7, function="merge").to_dict()])
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (SCATTER, f"not judged in the baseline ({before.replace('_', ' ')}), now 1 unallowed "
+                  "sync(s)")]
+
+
+@pytest.mark.parametrize("now", ["skipped", "off", "missing"])
+def test_a_failed_case_that_was_audited_and_is_no_longer_audited_is_a_regression(now):
+    """Why: the baseline stored the state "failed" alone, which lost that the case was audited."""
+    d = doc(V28)
+    base = bl.make(build(d))
+    assert base["runs"][label(d)][NOSYNC]["audited"] is True
+    if now == "missing":
+        d["tests"] = [t for t in d["tests"] if t["nodeid"] != NOSYNC]
+    else:
+        entry(d, NOSYNC).update(outcome="skipped" if now == "skipped" else "passed", audit="off",
+                                syncs=[])
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [(NOSYNC, f"was audited, now {now}")]
+
+
+def test_xfailed_counts_as_failed_for_the_gate_and_xpassed_as_passed():
+    """Why: xfailed counted as passed, and a passing test that now xfails stopped its audit
+    early (at the expected failure) and saw less."""
+    d = doc(V211)
+    base = bl.make(build(d))
+    entry(d, SCATTER)["outcome"] = "xfailed"
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [(SCATTER, "now fails")]
+    assert bl.make(build(d))["runs"][label(d)][SCATTER]["state"] == "failed"
+    assert quiet(bl.compare(build(d), bl.make(build(d))))  # xfailed in both: the same
+    entry(d, SCATTER)["outcome"] = "xpassed"  # it ran to its end
+    assert quiet(bl.compare(build(d), base))
+
+
+def test_a_gated_timing_no_longer_measured_is_a_regression():
+    """Why: a timing gated in the baseline that the new run did not measure (its samples gone,
+    or too few processes or repetitions) silently stopped being gated."""
+    d = doc(V211)
+    _samples(d, SCATTER, [[1.0, 1.01, 0.99, 1.0, 1.02], [1.02, 1.03, 1.01, 1.02, 1.02]])
+    base = bl.make(build(d))
+    del entry(d, SCATTER)["measurements"]["samples"]
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (SCATTER, "gated timing median_ms no longer measured")]
+    _samples(d, SCATTER, [[1.0, 1.01, 0.99, 1.0, 1.02]])  # one process
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (SCATTER, "gated timing median_ms no longer measured enough to gate (processes × reps: "
+                  "1 × 5; gating needs 2 × 5)")]
 
 
 def test_a_baseline_run_left_off_the_inputs_is_a_regression():
