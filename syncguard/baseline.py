@@ -4,24 +4,44 @@ noise band; and the comparison of a matrix with it (the gate of ``--fail-on regr
 Pure functions only: :mod:`syncguard.cli` reads and writes the file.
 
 Baseline document (``schema_version`` 1), keyed by run label and nodeid so that a GPU run is
-only ever compared with the GPU baseline::
+only ever compared with the GPU baseline; per run, a ``provenance`` record of what decides what the
+run could see and of the detector code that made it::
 
     {"schema_version": 1, "kind": "syncguard-baseline",
+     "provenance": {"torch 2.11.0+cu130 · NVIDIA H200": {
+         "detectors": "cuda", "scope": "cases/ (default; ...)", "code": "<sha256>"}},
      "runs": {"torch 2.11.0+cu130 · NVIDIA H200": {
          "cases/test_merge.py::test_x[gpu_mask]": {
-             "state": "allowed", "syncs": 0, "kinds": [], "allowed": 1,
+             "state": "allowed", "audited": true, "syncs": 0, "kinds": [], "allowed": 1,
              "allowed_kinds": ["blocking_copy_d2h"],
              "budget": {"cudaStreamSynchronize in merge_index_put_gpu_mask (merge.py)": 1},
+             "sync_sites": {},
              "timing": {"median_ms": {"median": 1.2, "band": 0.02, "processes": 2, "reps": 10}}}}}}
+
+``state`` is the state the gate judges (an xfailed test is "failed": its audit stopped early);
+``sync_sites`` counts unallowed syncs and races per site as ``budget`` counts allowed ones.
+``provenance``, ``audited`` and ``sync_sites`` are optional: a baseline written before them is
+read, the checks that need them are skipped, and the comparison says so in its notes.
 
 A gate without holes: under ``--fail-on regression`` each of these is a regression --
 
-* a case now fails, has more unallowed syncs or races, or a kind it never had;
-* more allowed syncs at a site than the site's budget (a site the baseline never saw has 0);
-* a case that was audited in the baseline and is now skipped, not audited, off or missing;
+* a case now fails (xfailed counts as failed, xpassed as passed), has more unallowed syncs or
+  races, a kind it never had, or an allowed kind it never had;
+* more allowed syncs at a site than the site's budget, or more unallowed ones at a site than the
+  baseline had there (a site the baseline never saw has 0: a sync that moved is seen);
+* a case that was audited in the baseline (a failed one included) and is now skipped, not
+  audited, off or missing;
+* a case the baseline did not judge (skipped, off, not audited) that is now audited with
+  unallowed syncs;
+* a run whose detectors or code scope differ from the baseline run's (a fallback or a narrower
+  scope sees fewer syncs, which would read as an improvement), and an incomplete run;
 * a run of the baseline that is not among the inputs;
 * no case audited at all, in any input;
-* a gated timing slower than its measured noise band allows (:mod:`syncguard.timing`).
+* a gated timing slower than its measured noise band allows, or no longer measured enough to
+  gate (:mod:`syncguard.timing`).
+
+Runs made by other detector code than the baseline's run (``code``) are not compared at all: the
+CLI refuses them unless ``--allow-mixed-commits`` (:func:`other_code`).
 
 Updating keeps the entries of runs that were not part of the update, so a partial set of reports
 never drops a run; :func:`diff` lists what an update accepts.
@@ -33,7 +53,7 @@ from typing import Any, Mapping
 
 from . import timing
 from .schema import SCHEMA_VERSION, SchemaError, check_schema
-from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, audited_count, summary
+from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, Run, audited_count, summary
 
 BASELINE_KIND = "syncguard-baseline"
 WHOLE_RUN = "(whole run)"
@@ -60,6 +80,7 @@ class Comparison:
     missing: tuple[Delta, ...] = ()  # cases not audited in the baseline either: not judged
     timings: tuple[str, ...] = ()  # one sentence per gated timing, threshold included
     ungated_timings: int = 0  # timings shown but not gated (too few processes/repetitions)
+    notes: tuple[str, ...] = ()  # what was not compared, and why
 
 
 def gate_state(cell: Cell) -> str:
@@ -81,16 +102,29 @@ def entry(cell: Cell) -> dict[str, Any]:
     return out
 
 
+#: per run, what decides which syncs it could see: (Run attribute, words for the output)
+VISIBILITY = (("detectors", "detectors"), ("scope", "code scope"))
+
+
+def run_record(run: Run) -> dict[str, Any]:
+    """The baseline's record of a run: what it could see (:data:`VISIBILITY`) and the detector
+    code that made it (``code``, provenance.code_identity)."""
+    return {**{key: getattr(run, key) for key, _ in VISIBILITY}, "code": run.code}
+
+
 def make(matrix: Matrix, old: dict[str, Any] | None = None,
          drop: tuple[str, ...] = ()) -> dict[str, Any]:
     """Baseline accepting every cell of ``matrix``; runs of ``old`` not in the matrix are kept,
     except the ``drop`` labels (a torch version no longer measured, removed on purpose: the
     gate counts a kept run that is absent from its inputs as a regression)."""
     runs = {k: v for k, v in (old or {}).get("runs", {}).items() if k not in drop}
+    records = {k: v for k, v in (old or {}).get("provenance", {}).items() if k in runs}
     for run in matrix.runs:
         runs[run.label] = {n: entry(matrix.cell(run.label, n)) for n in matrix.nodeids
                            if matrix.cell(run.label, n).state != "missing"}
+        records[run.label] = run_record(run)
     return {"schema_version": SCHEMA_VERSION, "kind": BASELINE_KIND,
+            "provenance": {label: records[label] for label in sorted(records)},
             "runs": {label: runs[label] for label in sorted(runs)}}
 
 
@@ -142,6 +176,13 @@ def check(data: Any) -> dict[str, Any]:
         raise SchemaError(f"kind is {data.get('kind')!r}, not {BASELINE_KIND!r}")
     if not isinstance(data.get("runs"), dict):
         raise SchemaError("'runs' is missing or not an object")
+    records = data.get("provenance", {})
+    if not isinstance(records, dict) or not all(
+            isinstance(r, dict) and all(isinstance(r.get(k), (str, type(None)))
+                                        for k in ("detectors", "scope", "code"))
+            for r in records.values()):
+        raise SchemaError("'provenance' is not an object of run records (detectors, scope, "
+                          "code: strings or null)")
     for label, cases in data["runs"].items():
         if not isinstance(cases, dict):
             raise SchemaError(f"run {label!r} is not an object")
@@ -218,32 +259,51 @@ def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
     return worse, better
 
 
-def _judge_timings(label: str, nodeid: str, cell: Cell, b: dict[str, Any],
-                   lines: list[str]) -> tuple[list[str], int]:
-    """Regressions among the gated timings; sentences go to ``lines``; returns the ungated count."""
-    worse, ungated = [], 0
-    accepted = b.get("timing") or {}
-    for key in sorted(set(cell.samples) | set(accepted)):
-        base = timing.Band.from_dict(accepted.get(key))
-        now = timing.band(cell.samples[key]) if key in cell.samples else None
-        if base is not None and base.gateable and (now is None or not now.gateable):
-            # a gated timing that stops being measured must not stop being gated unnoticed
-            worse.append(f"gated timing {key} no longer measured" + (
-                "" if now is None else f" enough to gate (processes × reps: {now.processes} × "
-                f"{now.reps}; gating needs {timing.MIN_PROCESSES} × {timing.MIN_REPS})"))
-            ungated += now is not None
-            continue
-        if now is None:
-            continue
-        if base is None or not now.gateable:
-            ungated += 1
-            continue
-        regressed, sentence = timing.judge(key, base, now)
-        lines.append(f"{nodeid} on {label}: {sentence}")
-        if regressed:
-            worse.append(f"{key} slower beyond the noise band (threshold ×{timing.threshold(base, now):.3f})")
-    ungated += sum(1 for k in cell.measurements if k.endswith("_ms") and k not in cell.samples)
-    return worse, ungated
+def _short(code: str | None) -> str:
+    return code[:10] if code else "unknown"
+
+
+def other_code(matrix: Matrix, baseline: dict[str, Any]) -> list[str]:
+    """Runs made by other detector code than the baseline run of the same label (a run or a
+    record without provenance counts as other code, as :func:`matrix.mixed_runs` counts it),
+    in words; baseline runs without a record (older baselines) are not compared."""
+    out = []
+    for run in matrix.runs:
+        record = baseline.get("provenance", {}).get(run.label)
+        if record is not None and (run.code is None or run.code != record.get("code")):
+            out.append(f"{run.label} (code {_short(run.code)}, the baseline's "
+                       f"{_short(record.get('code'))})")
+    return out
+
+
+def _judge_run(run: Run, record: dict[str, Any] | None) -> list[Delta]:
+    """Whole-run regressions: an incomplete run, and a change of what the run could see. Fewer
+    detectors (a fallback) or a narrower scope see fewer syncs, which would otherwise pass as an
+    improvement."""
+    out = []
+    if not run.complete:
+        out.append(Delta(run.label, WHOLE_RUN, "complete", "incomplete",
+                         "run incomplete: its report says complete: false (the session ended "
+                         "before its tests did)"))
+    for key, words in VISIBILITY if record is not None else ():
+        before, now = record.get(key), getattr(run, key)
+        if before != now:
+            out.append(Delta(run.label, WHOLE_RUN, str(before), str(now),
+                             f"{words} {before} -> {now}"))
+    return out
+
+
+def _notes(matrix: Matrix, baseline: dict[str, Any]) -> list[str]:
+    records = baseline.get("provenance", {})
+    old = [r.label for r in matrix.runs if r.label in baseline["runs"] and r.label not in records]
+    notes = [f"baseline run(s) without a provenance record (an older baseline): detectors, "
+             f"code scope and detector code not compared for {'; '.join(old)}; rewrite it with "
+             "--update-baseline"] if old else []
+    other = other_code(matrix, baseline)
+    if other:
+        notes.append("made by other detector code than the baseline (compared only because of "
+                     f"--allow-mixed-commits): {'; '.join(other)}")
+    return notes
 
 
 def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
@@ -265,6 +325,7 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
                          "zero audited cases: nothing was checked (a CPU run checks no sync)"))
     for run in matrix.runs:
         accepted = baseline["runs"].get(run.label)
+        reg += _judge_run(run, baseline.get("provenance", {}).get(run.label))
         if accepted is None:
             new_runs.append(run.label)
             continue
@@ -275,7 +336,9 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
                     new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
                 continue
             worse, better = _judge_case(cell, b)
-            slower, n = _judge_timings(run.label, nodeid, cell, b, timing_lines)
+            slower, sentences, n = timing.judge_case(cell.samples, b.get("timing") or {},
+                                                     cell.measurements)
+            timing_lines += [f"{nodeid} on {run.label}: {x}" for x in sentences]
             worse += slower
             ungated += n
             before = _text(b)
@@ -286,7 +349,7 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
             elif better:
                 imp.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(better)))
     return Comparison(tuple(reg), tuple(imp), tuple(new_runs), tuple(new_cases), tuple(missing),
-                      tuple(timing_lines), ungated)
+                      tuple(timing_lines), ungated, tuple(_notes(matrix, baseline)))
 
 
 def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
@@ -295,6 +358,12 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
     lines = []
     for label in sorted(set(old_runs) | set(new["runs"])):
         before, after = old_runs.get(label), new["runs"].get(label)
+        was, now = ((old or {}).get("provenance", {}).get(label),
+                    new.get("provenance", {}).get(label))
+        if before is not None and after is not None and was != now:
+            lines.append(f"~ run {label}: " + "; ".join(
+                f"{key} {(was or {}).get(key)} -> {now.get(key)}" for key in now
+                if (was or {}).get(key) != now.get(key)))
         if before is None:
             lines.append(f"+ run {label} ({len(after)} cases)")
             continue

@@ -41,10 +41,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items())
                      + " (default: table)")
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
-                     help="regression: exit 1 if a case got worse than the baseline (more or "
-                          "new syncs, more allowed syncs at a site than its budget, no longer "
-                          "audited, missing, a baseline run not given, nothing audited, a gated "
-                          "timing beyond its noise band); "
+                     help="regression: exit 1 if a case got worse than the baseline (fails "
+                          "or xfails, more or new syncs, a new allowed kind, more syncs at a "
+                          "site than the baseline's, no longer audited, missing, newly audited "
+                          "with syncs, a gated timing beyond its noise band or no longer "
+                          "measured) or a run did (other detectors or code scope, incomplete, "
+                          "a baseline run not given, nothing audited); "
                           "any: exit 1 on any unallowed sync or race; never: exit 0 "
                           "(default: never)")
     rep.add_argument("--update-baseline", action="store_true",
@@ -59,9 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the rendered output here, atomically; never one of the inputs "
                           "(default: standard output)")
     rep.add_argument("--allow-mixed-commits", action="store_true",
-                     help="compare runs made by different detector code (or without provenance); "
-                          "refused with exit 2 otherwise, marked with a dagger when allowed "
-                          "(default: off)")
+                     help="compare runs made by different detector code (or without provenance), "
+                          "among the reports or against the baseline's runs; refused with exit "
+                          "2 otherwise, marked with a dagger when allowed (default: off)")
     atlas.add_arguments(sub.add_parser("atlas", help="which operations wait, per torch version "
                                                      "(corpus runs)"))
     return parser
@@ -166,6 +168,12 @@ def matrix_command(args: argparse.Namespace) -> int:
     baseline = None
     if baseline_path and not (args.update_baseline and not baseline_path.exists()):
         baseline = load_baseline(baseline_path)
+    stale = bl.other_code(matrix, baseline) if baseline is not None else []
+    if stale and not args.allow_mixed_commits:
+        raise InputError(
+            "refusing to compare runs with a baseline made by different detector code: "
+            + "; ".join(stale) + "; pass --allow-mixed-commits to compare them anyway (with "
+            "--update-baseline: to accept the new code)")
     if args.drop_baseline_run and not args.update_baseline:
         raise InputError("--drop-baseline-run needs --update-baseline (it changes the baseline)")
     try:

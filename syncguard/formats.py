@@ -68,7 +68,8 @@ def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
             ("New runs (not in baseline)", list(cmp.new_runs)),
             ("New cases (not in baseline)", [fmt(d) for d in cmp.new_cases]),
             ("Missing (in baseline, never audited there)", [fmt(d) for d in cmp.missing]),
-            ("Timings (gated against their measured noise band)", list(cmp.timings) + ungated)]
+            ("Timings (gated against their measured noise band)", list(cmp.timings) + ungated),
+            ("Not compared", list(cmp.notes))]
 
 
 def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
@@ -130,7 +131,8 @@ def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
                            "new_runs": list(cmp.new_runs),
                            "new_cases": [asdict(d) for d in cmp.new_cases],
                            "missing": [asdict(d) for d in cmp.missing],
-                           "timings": list(cmp.timings), "ungated_timings": cmp.ungated_timings}
+                           "timings": list(cmp.timings), "ungated_timings": cmp.ungated_timings,
+                           "notes": list(cmp.notes)}
     return doc
 
 

@@ -65,6 +65,10 @@ class Run:
     code: str | None = None
     #: display strings per provenance field (syncguard.provenance.describe)
     provenance: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    #: what decides which syncs the run could see: the detectors that ran and the code scope
+    #: (syncguard.provenance.detectors_used, code_scope); None where the report does not say
+    detectors: str | None = None
+    scope: str | None = None
 
     @property
     def version(self) -> tuple[int, ...]:
@@ -265,7 +269,8 @@ def make_run(doc: dict[str, Any], path: str = "") -> Run:
     device = env.get("device") or "cpu"
     return Run(run_label(doc), str(path), env.get("torch") or "?", device,
                env.get("gpu") if device == "cuda" else None, bool(doc.get("complete", True)),
-               provenance.code_identity(doc), provenance.describe(doc))
+               provenance.code_identity(doc), provenance.describe(doc),
+               provenance.detectors_used(doc), provenance.code_scope(doc))
 
 
 def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:

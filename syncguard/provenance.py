@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = ["collect", "code_digest", "git_state", "hypothesis_state", "code_identity",
+           "detectors_used", "code_scope",
            "describe"]
 
 _PKG_DIR = Path(__file__).resolve().parent
@@ -114,6 +116,28 @@ def code_identity(doc: Mapping[str, Any]) -> str | None:
     sg = prov.get("syncguard")
     code = sg.get("code") if isinstance(sg, Mapping) else None
     return code if isinstance(code, str) and code else None
+
+
+def detectors_used(doc: Mapping[str, Any]) -> str | None:
+    """The detectors that decided what a run could see: the names in ``detectors_ran`` (before
+    its reason: "debug,trace: cuda detector not used (...)" is "debug,trace"), else those the
+    options asked for; None when the report says neither. A fallback sees fewer syncs, which
+    must not read as fewer syncs made."""
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), Mapping) else {}
+    ran = prov.get("detectors_ran")
+    if isinstance(ran, str) and ran.strip():
+        return re.split(r"[:(]", ran, maxsplit=1)[0].strip() or ran
+    options = doc.get("options") if isinstance(doc.get("options"), Mapping) else {}
+    asked = options.get("detectors", prov.get("detectors"))
+    return ",".join(map(str, asked)) if isinstance(asked, list) else None
+
+
+def code_scope(doc: Mapping[str, Any]) -> str | None:
+    """The code scope a run judged syncs in (``options.scope``): syncs outside it never reach
+    a case, so a narrower scope sees fewer. None when the report does not say."""
+    options = doc.get("options") if isinstance(doc.get("options"), Mapping) else {}
+    scope = options.get("scope")
+    return scope if isinstance(scope, str) else None
 
 
 def describe(doc: Mapping[str, Any]) -> dict[str, str]:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
-__all__ = ["MIN_PROCESSES", "MIN_REPS", "SAMPLES_KEY", "Band", "samples", "band", "threshold", "judge"]
+__all__ = ["MIN_PROCESSES", "MIN_REPS", "SAMPLES_KEY", "Band", "samples", "band", "threshold", "judge",
+           "judge_case"]
 
 MIN_PROCESSES = 2
 MIN_REPS = 5
@@ -119,3 +120,33 @@ def judge(key: str, base: Band, now: Band) -> tuple[bool, str]:
         f"×{factor:.3f} from measured noise ±{base.band * 100:.1f}% (baseline, "
         f"{base.processes} processes × {base.reps} reps) and ±{now.band * 100:.1f}% (now, "
         f"{now.processes} × {now.reps}): {verdict}")
+
+
+def judge_case(samples: Mapping[str, tuple[tuple[float, ...], ...]], accepted: Mapping[str, Any],
+               measured: Iterable[str]) -> tuple[list[str], list[str], int]:
+    """(regressions, one sentence per gated timing, the count shown but not gated) of one case:
+    its ``samples`` against the bands its baseline entry ``accepted``; ``measured`` names every
+    value it recorded (a ``_ms`` one without samples is shown, never gated). A timing gated in
+    the baseline that is no longer measured enough to gate is a regression: it must not stop
+    being gated unnoticed."""
+    worse, sentences, ungated = [], [], 0
+    for key in sorted(set(samples) | set(accepted)):
+        base = Band.from_dict(accepted.get(key))
+        now = band(samples[key]) if key in samples else None
+        if base is not None and base.gateable and (now is None or not now.gateable):
+            worse.append(f"gated timing {key} no longer measured" + (
+                "" if now is None else f" enough to gate (processes × reps: {now.processes} × "
+                f"{now.reps}; gating needs {MIN_PROCESSES} × {MIN_REPS})"))
+            ungated += now is not None
+            continue
+        if now is None:
+            continue
+        if base is None or not now.gateable:
+            ungated += 1
+            continue
+        regressed, sentence = judge(key, base, now)
+        sentences.append(sentence)
+        if regressed:
+            worse.append(f"{key} slower beyond the noise band (threshold ×{threshold(base, now):.3f})")
+    ungated += sum(1 for k in measured if k.endswith("_ms") and k not in samples)
+    return worse, sentences, ungated

@@ -315,6 +315,55 @@ def test_update_baseline_shows_the_diff_it_accepts(reports, tmp_path, capsys):
     assert f"~ {DECL} on torch 2.11.0+cu130 · NVIDIA H200: clean -> allowed 1 (stream_sync)" in err
 
 
+def test_the_committed_ci_gate_passes():
+    """The committed gate (README, .ci/run): the committed reports against reports/baseline.json."""
+    reports = sorted(str(p) for p in (ROOT / "reports").glob("*-torch-*.json"))
+    assert cli.main(["report", *reports, "--baseline", str(ROOT / "reports" / "baseline.json"),
+                     "--fail-on", "regression", "--format", "json"]) == 0
+
+
+def test_a_committed_run_whose_detectors_fell_back_fails_the_gate(tmp_path, capsys):
+    """Why: a run whose cuda detector fell back to debug,trace saw fewer syncs and passed as an
+    improvement; the baseline kept nothing of what a run could see."""
+    real = ROOT / "reports" / "cuda-torch-2.11.0.json"
+    base = tmp_path / "baseline.json"
+    assert cli.main(["report", str(real), "--baseline", str(base), "--update-baseline",
+                     "--format", "json"]) == 0
+    doc = load(real)
+    doc["provenance"]["detectors_ran"] = "debug,trace: cuda detector not used (no libcupti)"
+    for t in doc["tests"]:  # what the fallback did not see
+        if t["audit"] == "allowed":
+            t.update(audit="clean", allowed=[])
+    fell_back = save(tmp_path / "cuda-torch-2.11.0.json", doc)
+    capsys.readouterr()
+    assert cli.main(["report", str(fell_back), "--baseline", str(base), "--fail-on",
+                     "regression", "--format", "markdown"]) == 1
+    assert ("- (whole run) on torch 2.11.0+cu130 · NVIDIA H200: cuda -> debug,trace "
+            "(detectors cuda -> debug,trace)") in capsys.readouterr().out.splitlines()
+
+
+def test_reports_from_other_detector_code_than_the_baseline_are_refused_unless_allowed(
+        reports, tmp_path, capsys):
+    """Why: the baseline kept no detector code, so a gate over runs of other detector code
+    compared them, where the README says such runs are refused."""
+    base = tmp_path / "baseline.json"
+    args = ["report", str(reports / "*.json"), "--baseline", str(base), "--format", "markdown"]
+    assert cli.main(args + ["--update-baseline"]) == 0
+    for path in reports.glob("*.json"):  # every run rebuilt with new code: not mixed among them
+        doc = load(path)
+        doc["provenance"]["syncguard"]["code"] = "new-detector-code"
+        save(path, doc)
+    capsys.readouterr()
+    assert cli.main(args + ["--fail-on", "regression"]) == 2
+    line = error_line(capsys)
+    assert ("refusing to compare runs with a baseline made by different detector code: "
+            "torch 2.8.0+cu128 · NVIDIA H200 (code new-detect, the baseline's fixture-de); "
+            "torch 2.11.0+cu130 · NVIDIA H200 (code new-detect, the baseline's fixture-de)") in line
+    assert "--allow-mixed-commits" in line
+    assert cli.main(args + ["--fail-on", "regression", "--allow-mixed-commits"]) == 0
+    assert "made by other detector code than the baseline" in capsys.readouterr().out
+
+
 def test_a_run_no_longer_measured_is_dropped_from_the_baseline_on_purpose(reports, tmp_path, capsys):
     base = tmp_path / "baseline.json"
     every = ["report", str(reports / "*.json"), "--baseline", str(base), "--format", "json"]

@@ -344,6 +344,64 @@ def test_a_gated_timing_no_longer_measured_is_a_regression():
                   "1 × 5; gating needs 2 × 5)")]
 
 
+CUPTI = "cuda: CUPTI callbacks on the CUDA runtime and driver (C callback)"
+
+
+def test_a_run_whose_detectors_fell_back_is_a_whole_run_regression():
+    """Why: a fallback sees fewer syncs, and the baseline kept no record of what a run could
+    see, so the run passed as an improvement."""
+    d = doc(V211)
+    d["provenance"]["detectors_ran"] = CUPTI
+    base = bl.make(build(d))
+    assert base["provenance"][label(d)] == {"detectors": "cuda", "scope": None,
+                                            "code": "fixture-detector-code"}
+    d["provenance"]["detectors_ran"] = "debug,trace: cuda detector not used (no libcupti)"
+    entry(d, CUDA_DECL).update(audit="clean", allowed=[])  # what the fallback did not see
+    cmp = bl.compare(build(d), base)
+    assert [(r.label, r.nodeid, r.before, r.after, r.why) for r in cmp.regressions] == [
+        (label(d), bl.WHOLE_RUN, "cuda", "debug,trace", "detectors cuda -> debug,trace")]
+    # without detectors_ran (older reports) the detectors asked for stand in
+    del d["provenance"]["detectors_ran"]
+    assert [r.why for r in bl.compare(build(d), base).regressions] == [
+        "detectors cuda -> debug,trace"]
+
+
+def test_a_narrower_code_scope_is_a_whole_run_regression():
+    """Why: syncs moved outside the scope never reach a case, and passed as an improvement."""
+    d = doc(V28)
+    d["options"]["scope"] = "cases/ (default; test files and conftest.py outside)"
+    base = bl.make(build(d))
+    d["options"]["scope"] = "cases/other/"
+    entry(d, NOSYNC).update(outcome="passed", audit="clean", syncs=[])  # now outside
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (bl.WHOLE_RUN, "code scope cases/ (default; test files and conftest.py outside) -> "
+                       "cases/other/")]
+
+
+def test_an_incomplete_run_is_a_whole_run_regression():
+    d = doc(V211)
+    base = bl.make(build(d))
+    d["complete"] = False
+    cmp = bl.compare(build(d), base)
+    assert [(r.nodeid, r.why) for r in cmp.regressions] == [
+        (bl.WHOLE_RUN, "run incomplete: its report says complete: false (the session ended "
+                       "before its tests did)")]
+
+
+def test_a_baseline_without_run_records_is_read_and_says_what_it_does_not_compare():
+    d = doc(V211)
+    base = bl.make(build(d))
+    del base["provenance"]
+    d["provenance"]["detectors_ran"] = "debug,trace: cuda detector not used (no libcupti)"
+    d["provenance"]["syncguard"]["code"] = "other-code"
+    cmp = bl.compare(build(d), bl.check(base))
+    assert cmp.regressions == () and bl.other_code(build(d), base) == []
+    assert cmp.notes == (
+        f"baseline run(s) without a provenance record (an older baseline): detectors, code "
+        f"scope and detector code not compared for {label(d)}; rewrite it with --update-baseline",)
+
+
 def test_a_baseline_run_left_off_the_inputs_is_a_regression():
     base = bl.make(build(doc(V28), doc(V211)))
     cmp = bl.compare(build(doc(V211)), base)
