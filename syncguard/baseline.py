@@ -31,8 +31,8 @@ A gate without holes: under ``--fail-on regression`` each of these is a regressi
   baseline had there (a site the baseline never saw has 0: a sync that moved is seen);
 * a case that was audited in the baseline (a failed one included) and is now skipped, not
   audited, off or missing;
-* a case the baseline did not judge (skipped, off, not audited) that is now audited with
-  unallowed syncs;
+* a case the baseline did not judge (skipped, off, not audited), or a new case, that is now
+  audited with unallowed syncs (record and warn modes fail no test);
 * a run whose detectors or code scope differ from the baseline run's (a fallback or a narrower
   scope sees fewer syncs, which would read as an improvement), and an incomplete run;
 * a run of the baseline that is not among the inputs;
@@ -332,7 +332,10 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
         for nodeid in sorted(set(matrix.nodeids) | set(accepted)):
             cell, b = matrix.cell(run.label, nodeid), accepted.get(nodeid)
             if b is None:
-                if cell.state != "missing":
+                if cell.syncs:  # a site the baseline never saw has a budget of 0
+                    reg.append(Delta(run.label, nodeid, "not in baseline", cell.detail,
+                                     f"a new case with {len(cell.syncs)} unallowed sync(s)"))
+                elif cell.state != "missing":
                     new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
                 continue
             worse, better = _judge_case(cell, b)

@@ -204,6 +204,19 @@ def test_runs_and_cases_outside_the_baseline_are_new_not_regressions():
     assert [(d.nodeid, d.after) for d in cmp.new_cases] == [(SCATTER, "clean")]
 
 
+def test_a_new_case_with_an_unallowed_sync_is_a_regression_in_any_mode():
+    """Record and warn modes fail no test: a new test that syncs had only been listed as new."""
+    d28 = doc(V28)
+    base = bl.make(build(d28))
+    del base["runs"][label(d28)][SCATTER]
+    e = entry(d28, SCATTER)
+    e.update(audit="syncs", syncs=[_allowed("brand_new_loop")])
+    (d,) = bl.compare(build(d28), base).regressions
+    assert (d.nodeid, d.before, d.why) == (SCATTER, "not in baseline",
+                                           "a new case with 1 unallowed sync(s)")
+    assert bl.compare(build(d28), base).new_cases == ()
+
+
 # -- the gate's holes, each one tripped (synthetic documents: the fixtures, changed here) -------
 
 def quiet(cmp: bl.Comparison) -> bool:
