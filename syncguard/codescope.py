@@ -255,6 +255,16 @@ def _ignore_text(ignore: Sequence[str]) -> str:
     return f"; ignoring {', '.join(ignore)}" if ignore else ""
 
 
+def _is_package(path: Path) -> bool:
+    """A folder with an ``__init__.py``; one that cannot be read (a root-owned volume under the
+    rootdir, EACCES) is not, where Path.exists() raised and stopped pytest with an INTERNALERROR
+    in runs that audit nothing."""
+    try:
+        return path.is_dir() and (path / "__init__.py").exists()
+    except OSError:
+        return False
+
+
 def default_scope(rootdir: Path, test_patterns: Sequence[str] = ()) -> CodeScope:
     """The project's own package(s) under ``rootdir``, without its test files and conftest.
 
@@ -268,7 +278,7 @@ def default_scope(rootdir: Path, test_patterns: Sequence[str] = ()) -> CodeScope
     if src.is_dir():
         include, text = (_norm(str(src)),), "src/"
     else:
-        pkgs = sorted(p for p in rootdir.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+        pkgs = sorted(p for p in rootdir.iterdir() if _is_package(p)
                       and p.name not in NOT_THE_PACKAGE and not p.name.startswith("."))
         if not pkgs:
             return CodeScope(everything=True, text="everything: no src/ or top-level package under "

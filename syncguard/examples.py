@@ -22,8 +22,11 @@ from .scope import audit
 
 
 def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
-                  codescope: CodeScope = EVERYWHERE) -> list[RegionReport] | None:
-    """Audit each example of a hypothesis test (undone by ``stack``); None for other tests."""
+                  codescope: CodeScope = EVERYWHERE, audits: bool = True
+                  ) -> list[RegionReport] | None:
+    """Audit each example of a hypothesis test (undone by ``stack``); None for other tests.
+    ``audits``: the test's region could audit (CUDA, or a detector that needs none); only then
+    is the deadline suspended, so a run that audits nothing keeps the suite's deadlines."""
     obj = getattr(item, "obj", None)
     handle = getattr(obj, "hypothesis", None)
     if not getattr(obj, "is_hypothesis_test", False) or handle is None:
@@ -46,7 +49,7 @@ def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
     # Auditing adds per-example overhead (profiler start/stop): suspend the deadline meanwhile.
     target = getattr(obj, "__func__", obj)
     current = getattr(target, "_hypothesis_internal_use_settings", None)
-    if current is not None and current.deadline is not None:
+    if audits and current is not None and current.deadline is not None:
         from hypothesis import settings
 
         target._hypothesis_internal_use_settings = settings(current, deadline=None)

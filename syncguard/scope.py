@@ -221,10 +221,10 @@ class Region:
         while CUDA is not set up yet."""
         if "fake" in self.detectors or "predict" in self.detectors:
             return None
-        try:
-            import torch
-        except ImportError:
-            return "torch is not installed"
+        torch = sys.modules.get("torch")
+        if torch is None:  # nothing before the region used CUDA; importing torch here would
+            # change the audited program (sys.modules, warnings, what the first import pays)
+            return "torch is not imported (nothing has used CUDA)"
         if not torch.cuda.is_available():
             return f"CUDA is not available (torch {torch.__version__})"
         torch.cuda.init()  # context set-up belongs before the region, not in it

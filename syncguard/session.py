@@ -297,7 +297,7 @@ class SyncguardSession:
                 stack.enter_context(spec.scope())
             report = stack.enter_context(audit(plan.detectors, races=plan.races,
                                                fail_on_phases=plan.fail_on_phase))
-            examples = wrap_examples(item, plan, stack, state.codescope)
+            examples = wrap_examples(item, plan, stack, state.codescope, report.cuda_available)
             try:
                 result = yield
             except (KeyboardInterrupt, SystemExit):
@@ -433,7 +433,7 @@ class SessionOutput:
             return
         complete = (int(exitstatus) in (0, 1, 5) and not session.shouldfail
                     and not session.shouldstop and not collection_errors)
-        self.file.write(entries, complete=complete)
+        self.file.write(entries, complete=complete, final=True)
 
     def summary(self, terminalreporter, tests: list[TestEntry], gate_failed: bool,
                 no_cuda_to_isolate: str | None) -> None:

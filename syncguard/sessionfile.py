@@ -55,6 +55,7 @@ import os
 import platform
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -153,8 +154,9 @@ def _records(items: Any) -> tuple[SiteRecord, ...]:
 TEST_FIELDS = tuple(f.name for f in dataclasses.fields(TestEntry))
 
 
-def environment() -> dict[str, Any]:
-    """Where a run happened; never initialises CUDA when it is absent."""
+def environment(import_torch: bool = True) -> dict[str, Any]:
+    """Where a run happened; never initialises CUDA when it is absent. ``import_torch=False``:
+    torch's part only where something imported it already (see :class:`SessionFile`)."""
     from . import __version__
 
     env: dict[str, Any] = {
@@ -162,9 +164,13 @@ def environment() -> dict[str, Any]:
         "gpu_count": 0, "device": "cpu", "python": platform.python_version(),
         "platform": platform.platform(), "hostname": socket.gethostname(), "syncguard": __version__,
     }
-    try:
-        import torch
-    except ImportError:
+    torch = sys.modules.get("torch")
+    if torch is None and import_torch:
+        try:
+            import torch
+        except ImportError:
+            pass
+    if torch is None:
         return env
     env["torch"] = torch.__version__
     env["torch_git"] = getattr(torch.version, "git_version", None)
@@ -312,7 +318,11 @@ class SessionFile:
     def __init__(self, path: Path, options: dict[str, Any], max_stacks: int = MAX_STACKS):
         check_writable(path)
         self.path = path
-        self.doc = new_document(options)
+        # made before collection: torch's part of it is filled in once something imported torch,
+        # or at the end (write(final=True)); importing it here changed suites that never do
+        # (numpy's pickle test failed, networkx's gained torch's deprecation warnings)
+        self.options = options
+        self.doc = new_document(options, environment(import_torch=False))
         self.max_stacks = max_stacks
         self.last_write = 0.0
         self.written = False
@@ -322,7 +332,14 @@ class SessionFile:
         except OSError:
             self.before, self.restorable = None, False
 
-    def write(self, tests: Iterable[TestEntry], complete: bool) -> None:
+    def write(self, tests: Iterable[TestEntry], complete: bool, final: bool = False) -> None:
+        """The report as it stands; ``final``: the last write of the run, after every test (an
+        xdist controller imports no test module, so it is torch's first import there)."""
+        if self.doc["environment"]["torch"] is None and (final or "torch" in sys.modules):
+            env = environment(import_torch=final)
+            if env["torch"] is not None:
+                self.doc.update(new_document(self.options, env),
+                                created=self.doc["created"])
         tests = list(tests)
         frames, packed = pack_stacks(tests, self.max_stacks)
         ran = session_detectors(tests)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import sys
 from typing import Any, Callable
 
 import pytest
@@ -21,11 +22,10 @@ def cuda_warmup(worker_id: str | None, detectors: tuple[str, ...]) -> None:
     """Pay lazy CUDA initialisation on this worker's device; nothing without CUDA."""
     if set(detectors) == {"fake"}:  # the fake detector needs no CUDA warm-up
         return
-    try:
-        import torch
-    except ImportError:
-        return
-    if not torch.cuda.is_available():
+    # not imported by the suite: then its tests have used no CUDA to warm up, and importing torch
+    # here would change the suite (sys.modules, warnings, pickle's module walk)
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
         return
     devices.assign(worker_id)
     a = torch.randn(64, 64, device="cuda")
@@ -38,8 +38,6 @@ def cuda_warmup(worker_id: str | None, detectors: tuple[str, ...]) -> None:
 
 def synchronize_if_initialised() -> None:
     """Let the user's warm-up finish on the device before the first audit starts."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.synchronize()

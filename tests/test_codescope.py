@@ -355,3 +355,23 @@ def test_bad_marker_scope_names_the_test(project, run, xdist):
     out = res.stdout.str() + res.stderr.str()
     assert "tests/test_b.py::test_b: @pytest.mark.syncguard: scope: 'nowhere/at/all' is neither" in out
     assert "INTERNALERROR" not in out
+
+
+def test_a_folder_that_cannot_be_read_is_not_a_package(tmp_path, monkeypatch):
+    """Found dropping the plugin into another suite: a root-owned folder under the rootdir (a
+    database volume, mode 700) made Path.exists() raise EACCES, and pytest stopped with an
+    INTERNALERROR in runs that audit nothing. Faked here: the tests run as root, which reads all."""
+    import pathlib
+    for name in ("pkg", "locked"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    real_exists = pathlib.Path.exists
+
+    def exists(self, *args, **kw):
+        if self.parent.name == "locked":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *args, **kw)
+    monkeypatch.setattr(pathlib.Path, "exists", exists)
+    scope = default_scope(tmp_path)
+    assert scope.include == (os.path.normcase(os.path.abspath(tmp_path / "pkg")),)
+    assert scope.text == "pkg/ (default; test files and conftest.py outside)"

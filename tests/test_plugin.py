@@ -966,3 +966,42 @@ def test_a_usage_error_after_the_prediction_opened_leaves_torch_as_it_was(pytest
     if not is_available():  # a CPU build makes no CUDA tensor, stand-in or not
         with pytest.raises((AssertionError, RuntimeError)):
             torch.ones(2, device="cuda")
+
+
+def test_a_suite_that_never_imports_torch_runs_without_it(pytester, run):
+    """Found dropping the plugin into numpy's suite: the report's environment imported torch
+    before collection, and a numpy pickle test that walks sys.modules failed (torch.classes
+    raises on attribute lookup). A fresh interpreter: the inner test sees no torch; the report
+    still names torch, imported once every test has run."""
+    pytester.makepyfile(test_m="""
+        import sys
+
+        def test_no_torch():
+            assert "torch" not in sys.modules
+    """)
+    res = run("--syncguard", "--syncguard-report=r.json", subprocess=True)
+    res.assert_outcomes(passed=1)
+    doc = _doc(pytester)
+    assert doc["environment"]["torch"] == torch.__version__ and doc["complete"] is True
+    (t,) = doc["tests"]
+    assert (t["audit"], t["reason"]) == ("not_audited",
+                                         "torch is not imported (nothing has used CUDA)")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the audit runs and suspends it")
+def test_a_hypothesis_deadline_stays_when_nothing_can_be_audited(pytester, run):
+    """Found dropping the plugin into another suite: --syncguard suspended every audited
+    hypothesis test's deadline even where no audit could run (no CUDA), and a test that fails
+    its deadline passed."""
+    pytester.makepyfile(test_m="""
+        import time
+        from hypothesis import given, settings, strategies as st
+
+        @settings(deadline=50, max_examples=2, derandomize=True, database=None)
+        @given(st.integers())
+        def test_slow(a):
+            time.sleep(0.15)
+    """)
+    res = run("--syncguard")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*DeadlineExceeded*"])

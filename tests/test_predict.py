@@ -190,3 +190,23 @@ def test_region_report_is_a_labelled_report():
     report = region_report(work, torch_version="2.14.1")
     assert [e.kind for e in report.syncs] == measured("2.14.1", "nonzero")
     assert report.detectors == ("predict",) and "predicted on a CPU" in report.notes[0]
+
+
+def test_a_prediction_leaves_the_inductor_cache_variable_as_it_found_it():
+    """Found dropping the plugin into another suite: a function mode's first import of
+    torch._dynamo sets TORCHINDUCTOR_CACHE_DIR, and every subprocess started later inherited it.
+    In a fresh interpreter, where torch._dynamo is not imported yet."""
+    import subprocess
+    import sys
+    code = ("import os, torch\n"
+            "from syncguard.predict import predicting\n"
+            "assert 'TORCHINDUCTOR_CACHE_DIR' not in os.environ\n"
+            "with predicting():\n"
+            "    (torch.ones(2, device='cuda') * 2).sum()\n"
+            "print('TORCHINDUCTOR_CACHE_DIR' in os.environ)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in env.get("PYTHONPATH", "").split(
+        os.pathsep) if p])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    assert out.strip() == "False"

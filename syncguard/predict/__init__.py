@@ -19,6 +19,7 @@ counted as clean. See ``rules.py`` for how the table is keyed and versioned.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -28,6 +29,8 @@ import torch
 from ..events import Report, SyncError, SyncEvent
 from . import shim
 from .engine import DETECTOR, Observation, Predictor, Unmodelled, pop, push
+
+_INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 from .modes import PredictDispatchMode, PredictFunctionMode
 from .rules import RuleTable, load_rules
 from .tensors import CudaStandIn
@@ -121,6 +124,9 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     build it still predicts (tensors stay on the CPU), which is how it is calibrated.
     """
     predictor, prediction = _new(torch_version, rules, on_event)
+    # torch sets this while a function mode first imports torch._dynamo, and every subprocess
+    # the program starts afterwards inherits it: put back as found
+    cache_dir = os.environ.get(_INDUCTOR_CACHE)
     push(predictor)
     shim.install()
     # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins: the
@@ -134,6 +140,10 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
         torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         shim.uninstall()
         pop(predictor)
+        if cache_dir is None:
+            os.environ.pop(_INDUCTOR_CACHE, None)
+        else:
+            os.environ[_INDUCTOR_CACHE] = cache_dir
 
 
 @contextlib.contextmanager
