@@ -25,6 +25,7 @@ from typing import Any, Callable
 import pytest
 
 from .options import Settings, command_line
+from .scope import no_cuda
 
 
 def cuda_unavailable(detectors: tuple[str, ...]) -> str | None:
@@ -35,10 +36,7 @@ def cuda_unavailable(detectors: tuple[str, ...]) -> str | None:
     """
     if "fake" in detectors:
         return None
-    torch = sys.modules.get("torch")  # asked after collection: the suite's modules import it
-    if torch is None:
-        return "torch is not imported (nothing has used CUDA)"
-    return None if torch.cuda.is_available() else f"CUDA is not available (torch {torch.__version__})"
+    return no_cuda()  # asked after collection, once the suite's modules imported what they use
 
 
 def wants_isolation(settings: Settings, audited: bool, detectors: tuple[str, ...] = ()) -> bool:

@@ -50,6 +50,18 @@ def parse_detectors(value: str | Iterable[str], where: str = "detectors") -> tup
     return tuple(dict.fromkeys(names))
 
 
+def no_cuda() -> str | None:
+    """Why this process has no CUDA to audit, or None; never imports torch nor sets CUDA up.
+
+    Why not import torch: a process that has not imported it has used no CUDA, and importing it
+    for the asking changed the program audited (sys.modules, warnings, what the first import
+    pays): a numpy test that walks sys.modules failed under the plugin."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "torch is not imported (nothing has used CUDA)"
+    return None if torch.cuda.is_available() else f"CUDA is not available (torch {torch.__version__})"
+
+
 class allow(contextlib.ContextDecorator):
     """Accept syncs in a block (or a decorated function) for a stated reason.
 
@@ -221,14 +233,10 @@ class Region:
         while CUDA is not set up yet."""
         if "fake" in self.detectors or "predict" in self.detectors:
             return None
-        torch = sys.modules.get("torch")
-        if torch is None:  # nothing before the region used CUDA; importing torch here would
-            # change the audited program (sys.modules, warnings, what the first import pays)
-            return "torch is not imported (nothing has used CUDA)"
-        if not torch.cuda.is_available():
-            return f"CUDA is not available (torch {torch.__version__})"
-        torch.cuda.init()  # context set-up belongs before the region, not in it
-        return None
+        why = no_cuda()
+        if why is None:
+            sys.modules["torch"].cuda.init()  # context set-up belongs before the region
+        return why
 
     def _arm(self) -> None:
         names, why = registry.resolve(self.detectors)

@@ -60,8 +60,10 @@ class IniWarmup:
         else:
             why = f"no module named {module!r}"
         if found is None:
-            raise pytest.UsageError(f"syncguard: ini option syncguard_warmup: cannot load "
-                                    f"{spec!r} ({why})")
+            raise pytest.UsageError(self._says(f"cannot load {spec!r} ({why})"))
+
+    def _says(self, what: str) -> str:
+        return f"syncguard: ini option syncguard_warmup: {what}"
 
     def _load(self) -> Callable[[], Any]:
         module, _, attr = self.spec.partition(":")
@@ -69,10 +71,10 @@ class IniWarmup:
             fn = functools.reduce(getattr, attr.strip().split("."),
                                   importlib.import_module(module.strip()))
         except Exception as e:
-            pytest.exit(f"syncguard: ini option syncguard_warmup: cannot load {self.spec!r} "
-                        f"({type(e).__name__}: {e})", returncode=pytest.ExitCode.USAGE_ERROR)
+            pytest.exit(self._says(f"cannot load {self.spec!r} ({type(e).__name__}: {e})"),
+                        returncode=pytest.ExitCode.USAGE_ERROR)
         if not callable(fn):
-            pytest.exit(f"syncguard: ini option syncguard_warmup: {self.spec!r} is not callable",
+            pytest.exit(self._says(f"{self.spec!r} is not callable"),
                         returncode=pytest.ExitCode.USAGE_ERROR)
         return fn
 
