@@ -125,14 +125,11 @@ class AllowEntry:
     popped the other's (ValueError: token created in a different Context); and ``max`` is per
     entry, where a reused object's entries had shared one budget."""
 
-    __slots__ = ("allow", "reason", "max", "api", "kind", "marker", "__weakref__")
+    __slots__ = ("allow", "marker", "__weakref__")
 
     def __init__(self, a: allow):
-        self.allow, self.reason, self.max, self.api, self.kind = a, a.reason, a.max, a.api, a.kind
+        self.allow = a
         self.marker: str | None = None  # its profiler marker, where a profiled region is open
-
-    def matches(self, event: SyncEvent) -> bool:
-        return self.allow.matches(event)
 
     def __repr__(self) -> str:
         return repr(self.allow)
@@ -339,17 +336,18 @@ class Region:
                 syncs.append(ev)
                 continue
             chosen = exhausted = None
-            for a in reversed(allows) if allows else ():
+            for entry in reversed(allows) if allows else ():  # AllowEntry: max is per entry
+                a = entry.allow
                 if not a.matches(ev):
                     continue
-                if a.max is not None and used.get(id(a), 0) >= a.max:
+                if a.max is not None and used.get(id(entry), 0) >= a.max:
                     exhausted = exhausted or a
                     continue
-                chosen = a
+                chosen = entry
                 break
             if chosen is not None:
                 used[id(chosen)] = used.get(id(chosen), 0) + 1
-                self.report.allowed.append(dataclasses.replace(ev, reason=chosen.reason))
+                self.report.allowed.append(dataclasses.replace(ev, reason=chosen.allow.reason))
             elif not fails(ev.phase, self.fail_on_phases):
                 self.report.allowed.append(dataclasses.replace(
                     ev, reason=not_failing_reason(ev.phase)))
