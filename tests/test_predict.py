@@ -210,3 +210,42 @@ def test_a_prediction_leaves_the_inductor_cache_variable_as_it_found_it():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_overlapping_blocks_on_two_threads_keep_module_cuda_working_and_restore_the_flag():
+    """Found by a helper: torch.__future__'s overwrite_module_params_on_conversion was saved and
+    put back per block while the torch.cuda swap is shared, so when thread A's block closed
+    while thread B's was open, B's Module.cuda() left the weights on the CPU, and after both
+    closed the flag stayed True. Events force A open, B open, A close, B uses, B close."""
+    before = torch.__future__.get_overwrite_module_params_on_conversion()
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    seen, errors = {}, []
+
+    def a():
+        try:
+            with predicting():
+                a_open.set()
+                assert b_open.wait(10)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            a_closed.set()
+
+    def b():
+        try:
+            assert a_open.wait(10)
+            with predicting():
+                b_open.set()
+                assert a_closed.wait(10)
+                seen["device"] = torch.nn.Linear(2, 2).cuda().weight.device
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert seen["device"].type == "cuda"
+    assert torch.__future__.get_overwrite_module_params_on_conversion() == before

@@ -128,16 +128,14 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     # the program starts afterwards inherits it: put back as found
     cache_dir = os.environ.get(_INDUCTOR_CACHE)
     push(predictor)
+    # also sets torch.__future__'s overwrite_module_params_on_conversion (Module.cuda() must
+    # give stand-in Parameters), reference-counted with the names so overlapping blocks on
+    # other threads keep it until the last one closes
     shim.install()
-    # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins: the
-    # default swaps the data under the old Parameter, which a wrapper subclass cannot take
-    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
-    torch.__future__.set_overwrite_module_params_on_conversion(True)
     try:
         with PredictFunctionMode(predictor), PredictDispatchMode(predictor):
             yield prediction
     finally:
-        torch.__future__.set_overwrite_module_params_on_conversion(overwrite)
         shim.uninstall()
         pop(predictor)
         if cache_dir is None:

@@ -220,6 +220,13 @@ def install() -> None:
             setattr(tc, name, value)
         import torch
 
+        # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins: the
+        # default swaps the data under the old Parameter, which a wrapper subclass cannot take.
+        # Saved and set with the names (first install), put back with them (last uninstall):
+        # per block, one thread's exit would clear it under another thread's open block
+        _saved_torch["__future__.overwrite_module_params_on_conversion"] = \
+            torch.__future__.get_overwrite_module_params_on_conversion()
+        torch.__future__.set_overwrite_module_params_on_conversion(True)
         _saved_torch["Generator"] = torch.Generator
         torch.Generator = _generator_class()
         _saved_torch["_C._group_tensors_by_device_and_dtype"] = \
@@ -245,6 +252,9 @@ def uninstall() -> None:
         import torch
 
         for name, value in _saved_torch.items():
+            if name == "__future__.overwrite_module_params_on_conversion":
+                torch.__future__.set_overwrite_module_params_on_conversion(value)
+                continue
             owner, _, attr = name.rpartition(".")
             setattr(torch._C if owner == "_C" else torch, attr, value)
         _saved_torch.clear()
