@@ -158,6 +158,51 @@ def test_bad_rules_are_one_line_errors(tmp_path):
         load_rules(str(tmp_path / "missing.json"))
 
 
+def _table(rules) -> dict:
+    return {"kind": "syncguard-predict-rules", "schema_version": 1, "rules": rules}
+
+
+_GOOD = {"op": "aten::nonzero", "facts": {}, "torch": {"2.13.0": {"syncs": [
+    {"kind": "blocking_copy_d2h", "api": "nonzero", "via": None}]}}}
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"aten::nonzero[]": {"torch": {}}}, r"rules\['aten::nonzero\[\]'\]\['torch'\]"),
+    ({"aten::nonzero[]": {"op": "aten::nonzero"}}, r"\['torch'\] must be"),
+    ({"aten::nonzero[]": {"torch": {"2.13.0": {"evidence": []}}}},
+     r"\['torch'\]\['2.13.0'\]\['syncs'\] is missing"),
+    ({"aten::nonzero[]": {"torch": {"2.13.0": {"syncs": [{"api": "x"}]}}}},
+     r"\['syncs'\]\[0\]"),
+    ({"aten::nonzero[]": {"torch": {"two": {"syncs": []}}}}, "is not a torch version"),
+    ({"aten::nonzero[]": 3}, "must be an object"),
+    ([1, 2], "'rules' must be a JSON object, not list"),
+])
+def test_a_malformed_rules_table_fails_at_load_naming_the_field(tmp_path, data, field):
+    """Found by a helper: a table of the wrong shape loaded silently and failed at the user's
+    first op with a KeyError/TypeError; now load says which field is wrong, in one line."""
+    import json
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(_table(data)))
+    with pytest.raises(ValueError, match=field) as e:
+        load_rules(str(path))
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=field):
+        with predicting(rules=str(path)):
+            pass
+    RuleTable.from_dict(_table({"aten::nonzero[]": _GOOD}))  # the well-formed one loads
+
+
+def test_rules_that_are_a_folder_or_not_a_path_are_named_errors(tmp_path):
+    with pytest.raises(ValueError, match="is a folder"):
+        load_rules(str(tmp_path))
+    with pytest.raises(ValueError, match="is a folder"):
+        with predicting(rules=str(tmp_path)):
+            pass
+    with pytest.raises(TypeError, match="rules must be a RuleTable or a path.*not int"):
+        with predicting(rules=42):
+            pass
+
+
 def test_a_module_moved_to_cuda_trains_and_its_syncs_are_predicted():
     overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
     torch.manual_seed(0)

@@ -131,8 +131,50 @@ class RuleTable:
         if data.get("schema_version") != RULES_SCHEMA:
             raise ValueError(f"{where} has schema_version {data.get('schema_version')!r}; "
                              f"this syncguard reads {RULES_SCHEMA}")
-        return cls(dict(data.get("rules", {})), dict(data.get("classes", {})),
-                   list(data.get("sources", [])), list(data.get("not_learned", [])))
+        for name, kind in (("rules", dict), ("classes", dict), ("sources", list),
+                           ("not_learned", list)):
+            if not isinstance(data.get(name, kind()), kind):
+                raise ValueError(f"{where}: {name!r} must be a JSON "
+                                 f"{'object' if kind is dict else 'array'}, not "
+                                 f"{type(data[name]).__name__}")
+        rules, classes = data.get("rules", {}), data.get("classes", {})
+        for section, table in (("rules", rules), ("classes", classes)):
+            for key, rule in table.items():
+                _check_rule(rule, f"{where}: {section}[{key!r}]")
+        return cls(dict(rules), dict(classes), list(data.get("sources", [])),
+                   list(data.get("not_learned", [])))
+
+
+def _check_rule(rule: Any, at: str) -> None:
+    """One rule's shape, checked at load so that a malformed table fails here, naming the
+    field, rather than as a KeyError/TypeError at the user's first op that looks it up."""
+    if not isinstance(rule, dict):
+        raise ValueError(f"{at} must be an object, not {type(rule).__name__}")
+    per = rule.get("torch")
+    if not isinstance(per, dict) or not per:
+        raise ValueError(f"{at}['torch'] must be a non-empty object of torch version -> entry")
+    for version, entry in per.items():
+        here = f"{at}['torch'][{version!r}]"
+        try:
+            version_tuple(version)
+        except ValueError:
+            raise ValueError(f"{here}: {version!r} is not a torch version") from None
+        if not isinstance(entry, dict):
+            raise ValueError(f"{here} must be an object, not {type(entry).__name__}")
+        syncs = entry.get("syncs")
+        if not isinstance(syncs, list):
+            raise ValueError(f"{here}['syncs'] is missing or not an array" if syncs is None
+                             else f"{here}['syncs'] must be an array, not "
+                                  f"{type(syncs).__name__}")
+        for i, sync in enumerate(syncs):
+            if not (isinstance(sync, dict) and isinstance(sync.get("kind"), str)
+                    and isinstance(sync.get("api"), str)):
+                raise ValueError(f"{here}['syncs'][{i}] must be an object with string 'kind' "
+                                 "and 'api'")
+        evidence = entry.get("evidence", [])
+        if not isinstance(evidence, list):
+            raise ValueError(f"{here}['evidence'] must be an array, not "
+                             f"{type(evidence).__name__}")
 
 
 _cache: dict[str, RuleTable] = {}
@@ -140,6 +182,9 @@ _cache: dict[str, RuleTable] = {}
 
 def load_rules(path: str | None = None) -> RuleTable:
     """The table at ``path`` (default: the packaged rules.json), read once per path."""
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"rules must be a RuleTable or a path to a rules table, not "
+                        f"{type(path).__name__}")
     path = os.path.abspath(path or RULES_PATH)
     if path not in _cache:
         try:
@@ -148,6 +193,14 @@ def load_rules(path: str | None = None) -> RuleTable:
         except FileNotFoundError:
             raise ValueError(f"no predict rules table at {path}; run tools/predict_rules.py "
                              "derive") from None
+        except IsADirectoryError:
+            raise ValueError(f"predict rules table {path} is a folder, not a JSON file") \
+                from None
+        except UnicodeDecodeError as e:
+            raise ValueError(f"predict rules table {path} is not UTF-8 text: {e}") from None
+        except OSError as e:
+            raise ValueError(f"cannot read predict rules table {path}: "
+                             f"{e.strerror or e}") from None
         except json.JSONDecodeError as e:
             raise ValueError(f"predict rules table {path} is not valid JSON: {e}") from None
         _cache[path] = RuleTable.from_dict(data, path)
