@@ -294,3 +294,34 @@ def test_overlapping_blocks_on_two_threads_keep_module_cuda_working_and_restore_
     assert not errors, errors
     assert seen["device"].type == "cuda"
     assert torch.__future__.get_overwrite_module_params_on_conversion() == before
+
+
+@pytest.mark.parametrize("op", ["x + c", "torch.mm(c, x)", "c.add_(x)", "Linear(4, 2)(c)"])
+def test_mixing_a_cpu_tensor_with_a_standin_raises_as_on_a_gpu(op):
+    """Found by a helper: an op mixing a host tensor (dim > 0) with a CUDA stand-in computed a
+    result on the CPU, where a GPU raises torch's device-mismatch error."""
+    with predicting():
+        c = torch.randn(4, 4, device="cuda")
+        x = torch.randn(4, 4)
+        run = {"x + c": lambda: x + c, "torch.mm(c, x)": lambda: torch.mm(c, x),
+               "c.add_(x)": lambda: c.add_(x),
+               "Linear(4, 2)(c)": lambda: torch.nn.Linear(4, 2)(c)}[op]
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, "
+                                               "but found at least two devices, cuda:0 and cpu!"):
+            run()
+
+
+def test_host_tensors_a_gpu_accepts_beside_cuda_ones_still_work():
+    """0-dim host tensors are scalars; host indices and masks, and copies, are taken on a GPU."""
+    with predicting():
+        x = torch.arange(4.0, device="cuda")
+        assert (x + torch.tensor(2.0)).device.type == "cuda"
+        mask = torch.tensor([True, False, True, False])
+        assert x[mask].tolist() == [0.0, 2.0]
+        assert x[torch.tensor([3, 1])].tolist() == [3.0, 1.0]
+        x[torch.tensor([0])] = torch.tensor([9.0], device="cuda")
+        x[mask] = 5.0
+        assert x.to("cpu").device.type == "cpu" and x.cpu().tolist() == [5.0, 1.0, 5.0, 3.0]
+        y = torch.zeros(4, device="cuda")
+        y.copy_(torch.ones(4))
+        assert y.device.type == "cuda" and y.tolist() == [1.0] * 4

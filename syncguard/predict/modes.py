@@ -137,6 +137,40 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
         return wrap(out, index or 0) if dst_cuda else out
 
 
+#: aten ops that take host tensors beside CUDA ones on a GPU, so a stand-in mixed with a CPU
+#: tensor is no device mismatch there: copies and conversions (the host side of a copy), and
+#: indexing with indices/masks on the host (torch moves them to the device itself)
+_MIXED_DEVICES_OK = frozenset({
+    "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy",
+    "aten::to", "aten::lift_fresh", "aten::lift_fresh_copy", "aten::set_",
+    "aten::index", "aten::_unsafe_index", "aten::index_put_", "aten::index_put",
+    "aten::_index_put_impl_", "aten::_unsafe_index_put",
+    # pack_padded_sequence: the lengths (and batch_sizes afterwards) stay on the host
+    "aten::_pack_padded_sequence", "aten::_pad_packed_sequence",
+})
+_MIXED_MESSAGE = ("Expected all tensors to be on the same device, but found at least two "
+                  "devices, cuda:{} and cpu!")
+
+
+def _check_one_device(func, args, kwargs) -> None:
+    """Raise as a GPU does when an op mixes a stand-in with a CPU tensor of dim > 0 (0-dim CPU
+    tensors are scalars to torch and allowed anywhere); the CPU kernel would otherwise compute
+    an answer the user's GPU never gives."""
+    if func._schema.name in _MIXED_DEVICES_OK:
+        return
+    standin = host = None
+    for a in list(args) + list(kwargs.values()):
+        for x in (a if isinstance(a, (list, tuple)) else (a,)):
+            if not isinstance(x, torch.Tensor):
+                continue
+            if is_standin(x):
+                standin = standin if standin is not None else x
+            elif x.device.type == "cpu" and x.dim() > 0:
+                host = x
+    if standin is not None and host is not None:
+        raise RuntimeError(_MIXED_MESSAGE.format(standin._sg_index))
+
+
 class PredictDispatchMode(_Collecting, TorchDispatchMode):
     """Every aten op: stand-ins unwrapped, the table asked, outputs labelled again."""
 
@@ -158,6 +192,8 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
                               for x in (a if isinstance(a, (list, tuple)) else (a,)))
         if touched and not cuda:
             index = _first_index(args, kwargs)
+        if touched:
+            _check_one_device(func, args, kwargs)
         if touched and func._schema.name != "aten::_to_copy" and not (cuda and not any(
                 isinstance(a, torch.Tensor) for a in args)):
             name = op_name(func)
