@@ -19,7 +19,6 @@ counted as clean. See ``rules.py`` for how the table is keyed and versioned.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -29,8 +28,6 @@ import torch
 from ..events import Report, SyncError, SyncEvent
 from . import shim
 from .engine import DETECTOR, Observation, Predictor, Unmodelled, pop, push
-
-_INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 from .modes import PredictDispatchMode, PredictFunctionMode
 from .rules import RuleTable, load_rules
 from .tensors import CudaStandIn
@@ -124,13 +121,9 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     build it still predicts (tensors stay on the CPU), which is how it is calibrated.
     """
     predictor, prediction = _new(torch_version, rules, on_event)
-    # torch sets this while a function mode first imports torch._dynamo, and every subprocess
-    # the program starts afterwards inherits it: put back as found
-    cache_dir = os.environ.get(_INDUCTOR_CACHE)
     push(predictor)
-    # also sets torch.__future__'s overwrite_module_params_on_conversion (Module.cuda() must
-    # give stand-in Parameters), reference-counted with the names so overlapping blocks on
-    # other threads keep it until the last one closes
+    # the torch.cuda names, and process-wide settings with them (shim.install), reference-
+    # counted: overlapping blocks on other threads keep them until the last one closes
     shim.install()
     try:
         with PredictFunctionMode(predictor), PredictDispatchMode(predictor):
@@ -138,10 +131,6 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     finally:
         shim.uninstall()
         pop(predictor)
-        if cache_dir is None:
-            os.environ.pop(_INDUCTOR_CACHE, None)
-        else:
-            os.environ[_INDUCTOR_CACHE] = cache_dir
 
 
 @contextlib.contextmanager

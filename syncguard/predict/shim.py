@@ -9,6 +9,7 @@ block's duration and restores them on every exit path. Code that bound a name be
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -183,6 +184,8 @@ _lock = threading.Lock()
 _depth = 0
 _saved: dict[str, Any] = {}
 _saved_torch: dict[str, Any] = {}
+_saved_state: dict[str, Any] = {}  # process-wide settings other than names (install())
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
 _MISSING = object()
 
 
@@ -220,12 +223,14 @@ def install() -> None:
             setattr(tc, name, value)
         import torch
 
-        # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins: the
-        # default swaps the data under the old Parameter, which a wrapper subclass cannot take.
-        # Saved and set with the names (first install), put back with them (last uninstall):
-        # per block, one thread's exit would clear it under another thread's open block
-        _saved_torch["__future__.overwrite_module_params_on_conversion"] = \
-            torch.__future__.get_overwrite_module_params_on_conversion()
+        # Process-wide state, saved with the names (first install) and put back with them (last
+        # uninstall): per block, one thread's exit undid it under another thread's open block.
+        # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins (the
+        # default swaps the data under the old Parameter, which a wrapper subclass cannot take);
+        # torch sets INDUCTOR_CACHE while a function mode first imports torch._dynamo, and
+        # every subprocess the program starts afterwards would inherit it.
+        _saved_state["overwrite"] = torch.__future__.get_overwrite_module_params_on_conversion()
+        _saved_state["env"] = os.environ.get(INDUCTOR_CACHE)
         torch.__future__.set_overwrite_module_params_on_conversion(True)
         _saved_torch["Generator"] = torch.Generator
         torch.Generator = _generator_class()
@@ -252,9 +257,12 @@ def uninstall() -> None:
         import torch
 
         for name, value in _saved_torch.items():
-            if name == "__future__.overwrite_module_params_on_conversion":
-                torch.__future__.set_overwrite_module_params_on_conversion(value)
-                continue
             owner, _, attr = name.rpartition(".")
             setattr(torch._C if owner == "_C" else torch, attr, value)
         _saved_torch.clear()
+        torch.__future__.set_overwrite_module_params_on_conversion(_saved_state.pop("overwrite"))
+        env = _saved_state.pop("env")
+        if env is None:
+            os.environ.pop(INDUCTOR_CACHE, None)
+        else:
+            os.environ[INDUCTOR_CACHE] = env
