@@ -15,13 +15,15 @@ run could see and of the detector code that made it::
              "state": "allowed", "audited": true, "syncs": 0, "kinds": [], "allowed": 1,
              "allowed_kinds": ["blocking_copy_d2h"],
              "budget": {"cudaStreamSynchronize in merge_index_put_gpu_mask (merge.py)": 1},
-             "sync_sites": {},
+             "sync_sites": {}, "detectors": ["cuda"],
              "timing": {"median_ms": {"median": 1.2, "band": 0.02, "processes": 2, "reps": 10}}}}}}
 
 ``state`` is the state the gate judges (an xfailed test is "failed": its audit stopped early);
-``sync_sites`` counts unallowed syncs and races per site as ``budget`` counts allowed ones.
-``provenance``, ``audited`` and ``sync_sites`` are optional: a baseline written before them is
-read, the checks that need them are skipped, and the comparison says so in its notes.
+``sync_sites`` counts unallowed syncs and races per site as ``budget`` counts allowed ones;
+``detectors`` names the detectors that judged an audited case (``TestEntry.detectors``).
+``provenance``, ``audited``, ``sync_sites`` and ``detectors`` are optional: a baseline written
+before them is read, the checks that need them are skipped, and the comparison says so in its
+notes; so does a report written before its tests named their detectors (session schema 4).
 
 A gate without holes: under ``--fail-on regression`` each of these is a regression --
 
@@ -35,6 +37,8 @@ A gate without holes: under ``--fail-on regression`` each of these is a regressi
   audited with unallowed syncs (record and warn modes fail no test);
 * a run whose detectors or code scope differ from the baseline run's (a fallback or a narrower
   scope sees fewer syncs, which would read as an improvement), and an incomplete run;
+* a case judged, there and now, by other detectors than the baseline's for it: one test's region
+  can fall back while the run's others do not, and the run's record still says ``cuda``;
 * a run of the baseline that is not among the inputs;
 * no case audited at all, in any input;
 * a gated timing slower than its measured noise band allows, or no longer measured enough to
@@ -48,6 +52,7 @@ never drops a run; :func:`diff` lists what an update accepts.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -95,6 +100,8 @@ def entry(cell: Cell) -> dict[str, Any]:
                            "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds),
                            "budget": dict(sorted(cell.sites.items())),
                            "sync_sites": dict(sorted(cell.sync_sites.items()))}
+    if cell.detectors is not None:
+        out["detectors"] = list(cell.detectors)
     bands = {k: timing.band(v) for k, v in cell.samples.items()}
     gated = {k: b.to_dict() for k, b in sorted(bands.items()) if b.gateable}
     if gated:
@@ -198,6 +205,9 @@ def check(data: Any) -> dict[str, Any]:
             if not _budget_ok(e.get("sync_sites", {})) or not isinstance(e.get("audited", True), bool):
                 raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'sync_sites' or "
                                   "'audited' is malformed")
+            if "detectors" in e and not _names_ok(e["detectors"]):
+                raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'detectors' is "
+                                  f"{repr(e['detectors'])[:40]}, not a list of detector names")
             if "timing" in e and not isinstance(e["timing"], dict):
                 raise SchemaError(f"entry for {nodeid!r} in run {label!r}: 'timing' is not an object")
     return data
@@ -259,6 +269,32 @@ def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
     return worse, better
 
 
+def _judged(cell: Cell, b: dict[str, Any]) -> bool:
+    """The case's syncs were judged now and in the baseline (a failed case's audit included)."""
+    return cell.audited and b.get("audited", b["state"] in AUDITED)
+
+
+def _names(detectors: list[str] | tuple[str, ...] | None) -> str:
+    return ",".join(detectors) if detectors is not None else "unknown"
+
+
+def _judge_detectors(cell: Cell, b: dict[str, Any]) -> tuple[list[str], tuple[str, ...]]:
+    """(worse, sides that lack them) for the detectors that judged one case, there and now.
+
+    Why per case and not only per run (:data:`VISIBILITY`): one test's region can fall back to
+    the torch hooks, which see fewer syncs, while the run's others keep ``cuda``; the run's
+    record still says ``cuda`` and the test's clean result read as no regression. Any other set
+    is a change, as for a run. A side without them ("baseline": an older baseline; "report":
+    a report before session schema 4) is named for the notes, never taken as equal."""
+    if not _judged(cell, b):
+        return [], ()
+    before, now = b.get("detectors"), cell.detectors
+    lacking = (("baseline",) if before is None else ()) + (("report",) if now is None else ())
+    if lacking or set(before) == set(now):
+        return [], lacking
+    return [f"detectors {_names(before)} -> {_names(now)}"], ()
+
+
 def _short(code: str | None) -> str:
     return code[:10] if code else "unknown"
 
@@ -293,7 +329,18 @@ def _judge_run(run: Run, record: dict[str, Any] | None) -> list[Delta]:
     return out
 
 
-def _notes(matrix: Matrix, baseline: dict[str, Any]) -> list[str]:
+#: what a note says of cases whose detectors were not compared, by the side that lacks them
+_NO_DETECTORS = {
+    "baseline": ("baseline case(s) without per-test detectors (an older baseline)",
+                 "rewrite it with --update-baseline"),
+    "report": ("report(s) without per-test detectors (written before session schema 4)",
+               "write the report again with this syncguard")}
+
+
+def _notes(matrix: Matrix, baseline: dict[str, Any],
+           uncompared: Counter[tuple[str, str]]) -> list[str]:
+    """What was not compared, and why; ``uncompared`` counts judged cases whose detectors were
+    not, by (side lacking them, run label)."""
     records = baseline.get("provenance", {})
     old = [r.label for r in matrix.runs if r.label in baseline["runs"] and r.label not in records]
     notes = [f"baseline run(s) without a provenance record (an older baseline): detectors, "
@@ -303,6 +350,12 @@ def _notes(matrix: Matrix, baseline: dict[str, Any]) -> list[str]:
     if other:
         notes.append("made by other detector code than the baseline (compared only because of "
                      f"--allow-mixed-commits): {'; '.join(other)}")
+    for side, (what, fix) in _NO_DETECTORS.items():
+        runs = [f"{r.label} ({uncompared[side, r.label]} case(s))" for r in matrix.runs
+                if uncompared[side, r.label]]
+        if runs:
+            notes.append(f"{what}: which detectors judged each test not compared for "
+                         f"{'; '.join(runs)}; {fix}")
     return notes
 
 
@@ -316,6 +369,7 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
     new_runs: list[str] = []
     timing_lines: list[str] = []
     ungated = 0
+    uncompared: Counter[tuple[str, str]] = Counter()
     given = {r.label for r in matrix.runs}
     for label in sorted(set(baseline["runs"]) - given):
         reg.append(Delta(label, WHOLE_RUN, "in the baseline", "absent from the inputs",
@@ -339,6 +393,9 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
                     new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
                 continue
             worse, better = _judge_case(cell, b)
+            other, lacking = _judge_detectors(cell, b)
+            worse += other
+            uncompared.update((side, run.label) for side in lacking)
             slower, sentences, n = timing.judge_case(cell.samples, b.get("timing") or {},
                                                      cell.measurements)
             timing_lines += [f"{nodeid} on {run.label}: {x}" for x in sentences]
@@ -352,7 +409,7 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
             elif better:
                 imp.append(Delta(run.label, nodeid, before, cell.detail, "; ".join(better)))
     return Comparison(tuple(reg), tuple(imp), tuple(new_runs), tuple(new_cases), tuple(missing),
-                      tuple(timing_lines), ungated, tuple(_notes(matrix, baseline)))
+                      tuple(timing_lines), ungated, tuple(_notes(matrix, baseline, uncompared)))
 
 
 def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
@@ -386,6 +443,9 @@ def diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:
                 for key in ("budget", "sync_sites"):
                     if b.get(key) != a.get(key):
                         what.append(f"{key.replace('_', ' ')} {b.get(key)} -> {a.get(key)}")
+                if b.get("detectors") != a.get("detectors"):
+                    what.append(f"detectors {_names(b.get('detectors'))} -> "
+                                f"{_names(a.get('detectors'))}")
                 if b.get("timing") != a.get("timing"):
                     what.append("timing")
                 lines.append(f"~ {nodeid} on {label}: {'; '.join(what) or 'details'}")

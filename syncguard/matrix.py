@@ -105,6 +105,10 @@ class Cell:
     #: the same count and kind is still a change the gate sees
     sync_sites: Mapping[str, int] = field(default_factory=dict)
     audit: str | None = None  # the test's own audit state (a failed test keeps it)
+    #: names of the detectors that judged the case (TestEntry.detectors); None where not
+    #: audited or its report predates them. One test's region can fall back (fewer syncs seen)
+    #: while the run's others do not: the baseline compares them per case
+    detectors: tuple[str, ...] | None = None
 
     @property
     def audited(self) -> bool:
@@ -261,7 +265,8 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     return Cell(state, outcome, tuple(_phrases(events)),
                 tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
-                per_site(allowed), timing.samples(test.measurements), per_site(events), audit)
+                per_site(allowed), timing.samples(test.measurements), per_site(events), audit,
+                test.detectors)
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:

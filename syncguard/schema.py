@@ -116,6 +116,7 @@ VALUE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "float | None": (_or_null(_finite), "a finite number or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "tuple[str, ...]": (_each(_str), "a list of strings"),
+    "tuple[str, ...] | None": (_or_null(_each(_str)), "a list of strings or null"),
     "list[str]": (_each(_str), "a list of strings"),
     "tuple[int, ...]": (_each(_whole), "a list of integers"),
     "Mapping[str, int]": (lambda v: _dict(v) and all(_whole(n, low=0) for n in v.values()),

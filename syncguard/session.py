@@ -123,7 +123,8 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         races=tuple(rep.races) if rep else (), duration_s=round(state.duration, 6),
         examples=state.examples, measurements=measurements, worker=worker, device=device,
         events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
-        detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None)
+        detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None,
+        detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None)
 
 
 def _detector_reason(rep: RegionReport) -> str | None:

@@ -5,11 +5,12 @@ same object the plugin builds, the summary prints and the matrix reads. Written 
 interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
 is wrong with an input.
 
-Document shape (``schema_version`` 3, which added ``detector_reason``; version 2 reads as is; version 1 documents, one record per event, are still
-read: their events are aggregated on load, every one counted as in scope since version 1 had no
-scopes)::
+Document shape (``schema_version`` 4, which added a test's ``detectors``; version 3, which added
+``detector_reason``, and version 2 read as is, their tests without ``detectors``; version 1
+documents, one record per event, are still read: their events are aggregated on load, every one
+counted as in scope since version 1 had no scopes)::
 
-    {"schema_version": 3, "kind": "syncguard-session", "complete": true,
+    {"schema_version": 4, "kind": "syncguard-session", "complete": true,
      "created": "2026-11-29T16:00:00+00:00",
      "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
@@ -33,10 +34,16 @@ scopes)::
                 "outside": [SiteRecord...], "races": [RaceEvent...], "duration_s": 0.12,
                 "examples": null | int, "measurements": {} , "worker": null | "gw0",
                 "device": null | "cuda:0", "events": [SyncEvent...],
-                "detector_reason": "debug,trace: cuda detector not used (...)"}]}
+                "detector_reason": "debug,trace: cuda detector not used (...)",
+                "detectors": ["debug", "trace"]}]}
 
 ``detectors_ran``: the detectors most audited tests ran under and why (``auto`` resolved, or a
 fallback's reason); a test's ``detector_reason`` is written only where it differs from it.
+``detectors``: the names of the detectors that judged an audited test (its region's
+``RegionReport.detectors``, ``races`` included), absent for a test not audited. Why a field of its
+own beside the prose reason: the gate compares it with the baseline's per test (one test's region
+can fall back while the run's others do not), and the reason does not name every detector (an
+``auto`` resolved to cuda says "cuda: ..." whatever else ran beside it).
 
 ``syncs``/``allowed``/``outside``: one :class:`~syncguard.aggregate.SiteRecord` per (site, kind,
 API, op): unallowed syncs inside the code scope, allowed ones inside it, and every sync outside
@@ -72,8 +79,8 @@ from .schema import SchemaError, check_fields, check_schema, check_types, parse_
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
 #: the session document's own version (the region report and the baseline stay at 1)
-SESSION_SCHEMA_VERSION = 3
-READS = (1, 2, 3)
+SESSION_SCHEMA_VERSION = 4
+READS = (1, 2, 3, 4)
 #: records that keep their first stack in one document, unless --syncguard-max-stacks says
 MAX_STACKS = 5000
 
@@ -103,6 +110,9 @@ class TestEntry:
     outside: tuple[SiteRecord, ...] = ()  # outside the code scope: counted, never failing
     events: tuple[SyncEvent, ...] = ()  # every sync event, with --syncguard-keep-events only
     detector_reason: str | None = None  # which detectors ran and why (RegionReport's)
+    #: names of the detectors that judged the test (RegionReport's); None where it was not
+    #: audited, or its report predates them (schema 4): the gate then cannot compare them
+    detectors: tuple[str, ...] | None = None
 
     @property
     def audited(self) -> bool:
@@ -117,6 +127,8 @@ class TestEntry:
                 value = [e.to_dict() for e in value]
             elif f.name == "measurements":
                 value = dict(value)
+            elif f.name == "detectors" and value is not None:
+                value = list(value)
             out[f.name] = value
         return out
 
@@ -138,7 +150,9 @@ class TestEntry:
             return cls(**{**data, "syncs": syncs, "allowed": allowed, "outside": outside,
                           "races": tuple(RaceEvent.from_dict(e) for e in data.get("races") or ()),
                           "events": tuple(SyncEvent.from_dict(e) for e in data.get("events") or ()),
-                          "measurements": dict(data.get("measurements") or {})})
+                          "measurements": dict(data.get("measurements") or {}),
+                          "detectors": (None if data.get("detectors") is None
+                                        else tuple(data["detectors"]))})
         except (TypeError, SchemaError) as e:
             raise SchemaError(f"{data['nodeid']}: malformed record ({e})") from None
 
@@ -347,6 +361,8 @@ class SessionFile:
         for t in packed:  # the session's reason is said once, at the top
             if t.get("detector_reason") in (ran, None):
                 t.pop("detector_reason", None)
+            if t.get("detectors") is None:  # not audited: nothing judged it
+                t.pop("detectors", None)
         self.doc.update(complete=complete, summary=summarize(tests), frames=frames, tests=packed)
         write_atomic(self.path, render_document(self.doc))
         self.written = True

@@ -342,6 +342,44 @@ def test_a_committed_run_whose_detectors_fell_back_fails_the_gate(tmp_path, caps
             "(detectors cuda -> debug,trace)") in capsys.readouterr().out.splitlines()
 
 
+def _with_test_detectors(doc: dict) -> dict:
+    """A committed report (session schema 3) as schema 4 has it: each audited test names the
+    detectors that judged it; there, cuda, and for the tests marked to, debug,trace,profile."""
+    for t in doc["tests"]:
+        if t["audit"] in ("clean", "syncs", "allowed"):
+            assert t.get("detector_reason") in (None, "debug,trace,profile (as asked)")
+            t["detectors"] = ["debug", "trace", "profile"] if "detector_reason" in t else ["cuda"]
+    doc["schema_version"] = 4
+    return doc
+
+
+def test_a_committed_test_whose_detectors_fell_back_alone_fails_the_gate(tmp_path, capsys):
+    """Why: one test's region fell back to debug,trace while the rest of the run kept cuda; the
+    run's provenance still said cuda, so the test's clean result passed as no regression."""
+    committed = ROOT / "reports" / "cuda-torch-2.11.0.json"
+    doc = _with_test_detectors(load(committed))
+    report, base = save(tmp_path / "cuda-torch-2.11.0.json", doc), tmp_path / "baseline.json"
+    gate = ["--baseline", str(base), "--fail-on", "regression", "--format", "markdown"]
+    assert cli.main(["report", str(report), "--baseline", str(base), "--update-baseline",
+                     "--format", "json"]) == 0
+    t = next(t for t in doc["tests"] if t["audit"] == "allowed" and "detector_reason" not in t)
+    t.update(audit="clean", allowed=[], detectors=["debug", "trace"],  # what it did not see
+             detector_reason="debug,trace: cuda detector not used (CUPTI held elsewhere)")
+    save(report, doc)
+    capsys.readouterr()
+    assert cli.main(["report", str(report), *gate]) == 1
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "detectors" in x
+               and x.startswith("- ")]
+    assert line.startswith(f"- {t['nodeid']} on torch 2.11.0+cu130 · NVIDIA H200: allowed ")
+    assert line.endswith(" -> clean (detectors cuda -> debug,trace)")
+    # the committed report predates per-test detectors: it passes, and the output says what
+    # the gate could not compare
+    assert cli.main(["report", str(committed), *gate]) == 0
+    assert ("- report(s) without per-test detectors (written before session schema 4): which "
+            "detectors judged each test not compared for torch 2.11.0+cu130 · NVIDIA H200"
+            ) in capsys.readouterr().out
+
+
 def test_reports_from_other_detector_code_than_the_baseline_are_refused_unless_allowed(
         reports, tmp_path, capsys):
     """Why: the baseline kept no detector code, so a gate over runs of other detector code
@@ -499,8 +537,9 @@ def _exits_0_or_2_writing_nothing(argv: list[str], folder: Path, gated: bool = F
 
 # -- one field of a real document, of the wrong type, at any depth ------------------------------
 
-#: a session report of the current schema (3): per-site records with phases, a provenance with
-#: detectors_ran, an allowed sync, recorded values (the fixtures above are version 1)
+#: a session report of schema 3 (4 only adds a test's detectors): per-site records with phases,
+#: a provenance with detectors_ran, an allowed sync, recorded values (the fixtures above are
+#: version 1)
 V3 = Path(__file__).parent / "fixtures" / "session-v3" / "sample-serial.json"
 ATLAS_RUNS = ROOT / "reports" / "atlas-runs"
 
@@ -615,6 +654,8 @@ REPORT_CASES = [
     (lambda d: _first(d, "syncs").update(detectors=1), "detectors is 1, not a list of strings"),
     (lambda d: _first(d, "syncs").update(count=10**30), "count is 1000"),
     (lambda d: d["provenance"].update(detectors_ran=1), "detectors_ran is 1, not a string"),
+    (lambda d: d["tests"][0].update(detectors="cuda"),
+     "detectors is 'cuda', not a list of strings or null"),
     (lambda d: d.update(schema_version=True), "session report has schema_version True"),
 ]
 

@@ -379,6 +379,78 @@ def test_a_run_whose_detectors_fell_back_is_a_whole_run_regression():
         "detectors cuda -> debug,trace"]
 
 
+# -- which detectors judged each test (a fallback of one test's region) -------------------------
+
+def with_test_detectors(d: dict, names: list[str]) -> dict:
+    """The fixture (version 1: no per-test detectors) as a report of session schema 4 has it:
+    each audited test names the detectors that judged it."""
+    for t in d["tests"]:
+        if t["audit"] in ("clean", "syncs", "allowed"):
+            t["detectors"] = list(names)
+    d["schema_version"] = 4
+    return d
+
+
+def test_one_test_judged_by_weaker_detectors_than_the_baseline_is_a_regression():
+    """Why: a test whose region fell back to debug,trace while the rest of the run kept cuda saw
+    fewer syncs; the run's provenance still said cuda, so its clean result passed."""
+    d = with_test_detectors(doc(V211), ["cuda"])
+    d["provenance"]["detectors_ran"] = CUPTI
+    base = bl.make(build(d))
+    assert base["runs"][label(d)][CUDA_DECL]["detectors"] == ["cuda"]
+    fell_back = "debug,trace: cuda detector not used (CUPTI held by another subscriber)"
+    entry(d, CUDA_DECL).update(audit="clean", allowed=[], detectors=["debug", "trace"],
+                               detector_reason=fell_back)  # what the fallback did not see
+    entry(d, NOSYNC).update(detectors=["debug", "trace"], detector_reason=fell_back)  # still clean
+    cmp = bl.compare(build(d), base)
+    assert [(r.label, r.nodeid, r.before, r.after, r.why) for r in cmp.regressions] == [
+        (label(d), CUDA_DECL, "allowed 1 (stream_sync)", "clean", "detectors cuda -> debug,trace"),
+        (label(d), NOSYNC, "clean", "clean", "detectors cuda -> debug,trace")]
+    assert cmp.improvements == () and cmp.notes == ()
+
+
+def test_the_same_detectors_in_another_order_are_no_regression():
+    d = with_test_detectors(doc(V211), ["debug", "trace", "profile"])
+    base = bl.make(build(d))
+    entry(d, NOSYNC)["detectors"] = ["profile", "trace", "debug"]
+    cmp = bl.compare(build(d), base)
+    assert quiet(cmp) and cmp.notes == ()
+
+
+def test_without_per_test_detectors_the_gate_says_it_did_not_compare_them():
+    """Why: a report or baseline written before per-test detectors has nothing to compare; the
+    gate must say so, not pass as if they were the same."""
+    old = doc(V211)  # version 1: no test names its detectors
+    new = with_test_detectors(copy.deepcopy(old), ["cuda"])
+    no_report = (f"report(s) without per-test detectors (written before session schema 4): which "
+                 f"detectors judged each test not compared for {label(old)} (6 case(s)); write the "
+                 "report again with this syncguard")
+    no_baseline = (f"baseline case(s) without per-test detectors (an older baseline): which "
+                   f"detectors judged each test not compared for {label(old)} (6 case(s)); rewrite "
+                   "it with --update-baseline")
+    old_base = bl.check(bl.make(build(old)))
+    assert "detectors" not in old_base["runs"][label(old)][NOSYNC]
+    cmp = bl.compare(build(old), old_base)
+    assert cmp.regressions == () and cmp.notes == (no_baseline, no_report)
+    cmp = bl.compare(build(new), old_base)
+    assert cmp.regressions == () and cmp.notes == (no_baseline,)
+    cmp = bl.compare(build(old), bl.make(build(new)))
+    assert cmp.regressions == () and cmp.notes == (no_report,)
+    # a test not audited on either side has no detectors to compare: nothing to say
+    cpu = doc(V213)
+    assert bl.compare(build(cpu, new), bl.make(build(cpu, new))).notes == ()
+
+
+def test_update_diff_lists_a_test_judged_by_other_detectors():
+    d = with_test_detectors(doc(V211), ["cuda"])
+    old = bl.make(build(doc(V211)))  # an older baseline: no per-test detectors
+    new = bl.make(build(d))
+    assert f"~ {NOSYNC} on {label(d)}: detectors unknown -> cuda" in bl.diff(old, new)
+    entry(d, NOSYNC)["detectors"] = ["debug", "trace"]
+    assert bl.diff(new, bl.make(build(d))) == [
+        f"~ {NOSYNC} on {label(d)}: detectors cuda -> debug,trace"]
+
+
 def test_a_narrower_code_scope_is_a_whole_run_regression():
     """Why: syncs moved outside the scope never reach a case, and passed as an improvement."""
     d = doc(V28)
@@ -403,16 +475,21 @@ def test_an_incomplete_run_is_a_whole_run_regression():
 
 
 def test_a_baseline_without_run_records_is_read_and_says_what_it_does_not_compare():
-    d = doc(V211)
+    d = with_test_detectors(doc(V211), ["cuda"])
     base = bl.make(build(d))
-    del base["provenance"]
+    del base["provenance"]  # older than run records, and than per-test detectors
+    for e in base["runs"][label(d)].values():
+        del e["detectors"]
     d["provenance"]["detectors_ran"] = "debug,trace: cuda detector not used (no libcupti)"
     d["provenance"]["syncguard"]["code"] = "other-code"
     cmp = bl.compare(build(d), bl.check(base))
     assert cmp.regressions == () and bl.other_code(build(d), base) == []
     assert cmp.notes == (
         f"baseline run(s) without a provenance record (an older baseline): detectors, code "
-        f"scope and detector code not compared for {label(d)}; rewrite it with --update-baseline",)
+        f"scope and detector code not compared for {label(d)}; rewrite it with --update-baseline",
+        f"baseline case(s) without per-test detectors (an older baseline): which detectors "
+        f"judged each test not compared for {label(d)} (6 case(s)); rewrite it with "
+        "--update-baseline")
 
 
 def test_a_baseline_run_left_off_the_inputs_is_a_regression():
@@ -556,6 +633,11 @@ def test_update_keeps_runs_not_in_the_update():
     (lambda b: b.update(kind="other"), "kind is 'other'"),
     (lambda b: b.pop("runs"), "'runs' is missing"),
     (lambda b: b["runs"]["torch 2.8.0+cu128 · NVIDIA H200"][DECL].update(state="weird"), "malformed entry"),
+    (lambda b: b["runs"]["torch 2.8.0+cu128 · NVIDIA H200"][DECL].update(detectors="cuda"),
+     re.escape(f"entry for {DECL!r} in run 'torch 2.8.0+cu128 · NVIDIA H200': 'detectors' is "
+               "'cuda', not a list of detector names")),
+    (lambda b: b["runs"]["torch 2.8.0+cu128 · NVIDIA H200"][DECL].update(detectors=[1]),
+     re.escape("'detectors' is [1], not a list of detector names")),
 ])
 def test_bad_baseline_is_refused(mutate, message):
     base = bl.make(build(doc(V28)))

@@ -788,6 +788,36 @@ def test_detector_reason_is_said_once_and_per_test_where_it_differs(pytester, ru
 
 
 
+def test_each_audited_test_names_the_detectors_that_judged_it(pytester, run):
+    """Why: the gate compares them per test with the baseline's (one test's region can fall back
+    while the run's others do not), and the prose detector_reason does not name them all (an
+    ``auto`` resolved to cuda says "cuda: ..." whatever else ran beside it, races too)."""
+    pytester.makepyfile(test_m="""
+        import pytest
+        def test_a(): pass
+        @pytest.mark.syncguard(detectors="fake,trace")
+        def test_marked(): pass
+        @pytest.mark.syncguard(races=True)
+        def test_races(): pass
+        @pytest.mark.skip(reason="nope")
+        def test_skipped(): pass
+    """)
+    run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(passed=3, skipped=1)
+    raw = sessionfile.read_json(pytester.path / "r.json")
+    assert raw["schema_version"] == 4
+    by_id = {t["nodeid"].split("::")[-1]: t for t in raw["tests"]}
+    assert [by_id[n]["detectors"] for n in ("test_a", "test_marked", "test_races")] == [
+        ["fake"], ["fake", "trace"], ["fake", "races"]]
+    assert "detectors" not in by_id["test_skipped"]  # not audited: no detectors judged it
+    assert _tests(_doc(pytester))["test_marked"]["detectors"] == ["fake", "trace"]
+    # xdist: each worker's entries cross execnet and are read back by the controller
+    run("--syncguard", FAKE, "--syncguard-report=n2.json", "-n", "2",
+        subprocess=True).assert_outcomes(passed=3, skipped=1)
+    n2 = _tests(_doc(pytester, "n2.json"))
+    assert {n: t.get("detectors") for n, t in n2.items()} == {
+        n: t.get("detectors") for n, t in by_id.items()}
+
+
 def test_a_profile_test_runs_in_its_own_process_without_the_isolate_option(pytester, run):
     """FAKE detector alongside profile (CPU: the profiler runs on the CPU only): a test whose
     detectors include profile runs in a child, so the profiler never runs in the session's
