@@ -175,6 +175,28 @@ def dispatch_unobserved(func, args, kwargs):
 # ---------------------------------------------------------------------------------------------
 # Shared helpers of both modes
 
+#: how many CUDA devices the prediction models (torch.cuda.device_count() inside a block)
+DEVICE_COUNT = 1
+
+
+def invalid_ordinal(index: int) -> RuntimeError:
+    """What torch raises on a machine with DEVICE_COUNT GPUs when ``cuda:<index>`` is used (a
+    one-GPU H200 with torch 2.11 raised ``torch.AcceleratorError``, "CUDA error: invalid device
+    ordinal", then "GPU device may be out of range, do you have enough GPUs?"), in one line."""
+    error = getattr(torch, "AcceleratorError", RuntimeError)
+    return error(f"CUDA error: invalid device ordinal: GPU device may be out of range, do you "
+                 f"have enough GPUs? (cuda:{index}; the prediction is for {DEVICE_COUNT} CUDA "
+                 f"device, torch.cuda.device_count() == {DEVICE_COUNT})")
+
+
+def check_ordinal(index: int | None) -> int | None:
+    """``index`` when it names a device the prediction has (None and negatives pass: torch
+    treats them as "no device" or rejects them itself); else raise as torch does on a GPU."""
+    if index is not None and index >= DEVICE_COUNT:
+        raise invalid_ordinal(index)
+    return index
+
+
 def cuda_index(device) -> int | None:
     """The CUDA index ``device`` names, or None when it is not a CUDA device."""
     if device is None:

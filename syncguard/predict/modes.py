@@ -6,11 +6,11 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from .engine import Predictor, _first_index, _rewrap, active, cuda_index
+from .engine import Predictor, _first_index, _rewrap, active, check_ordinal, cuda_index
 from .facts import copy_facts, is_device_kernel, op_facts, op_name
 from .tensors import is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
 
-__all__ = ["PredictFunctionMode", "PredictDispatchMode"]
+__all__ = ["PredictFunctionMode", "PredictDispatchMode", "PinningMode"]
 
 _TO_COPY = "aten::_to_copy"
 _DATA_CONSTRUCTORS = {"tensor", "as_tensor", "asarray"}
@@ -75,7 +75,7 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             return is_marked_pinned(args[0])
         if method == "record_stream":
             return None
-        index = cuda_index(kwargs.get("device"))
+        index = check_ordinal(cuda_index(kwargs.get("device")))
         pinned = kwargs.get("pin_memory") is True
         if index is not None:
             kwargs["device"] = "cpu"
@@ -113,6 +113,7 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             index = cuda_index("cuda" if dev is None else dev)
             if index is None:
                 index = int(dev) if isinstance(dev, int) else 0
+            check_ordinal(index)
             dtype, non_blocking = None, bool(kwargs.get("non_blocking", False))
             fmt, copy, dst_cuda = kwargs.get("memory_format"), False, True
         else:
@@ -123,8 +124,15 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
                 non_blocking = bool(rest[1] if len(rest) > 1 else kwargs.get("non_blocking", False))
                 fmt = kwargs.get("memory_format")
             else:
+                # an int device is a CUDA index on a GPU (a CPU build's parser has no
+                # accelerator to give it to)
+                if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool):
+                    rest = (torch.device("cuda", rest[0]),) + tuple(rest[1:])
+                if isinstance(kwargs.get("device"), int) and not isinstance(
+                        kwargs["device"], bool):
+                    kwargs["device"] = torch.device("cuda", kwargs["device"])
                 dev, dtype, non_blocking, fmt = torch._C._nn._parse_to(*rest, **kwargs)
-            index = cuda_index(dev)
+            index = check_ordinal(cuda_index(dev))
             dst_cuda = src_cuda if dev is None else index is not None
         elem = unwrap(src)
         if dst_cuda == src_cuda:
@@ -177,7 +185,7 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        index = cuda_index(kwargs.get("device"))
+        index = check_ordinal(cuda_index(kwargs.get("device")))
         if (index is None and self._own.forwarding and "device" in kwargs
                 and not _has_tensor(args, kwargs)):
             index = self._own.forwarding[-1]  # a factory inside a call on stand-ins
@@ -221,3 +229,18 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
             self.p.decide("aten::_to_copy", copy_facts(src_cuda, dst_cuda,
                                                        None if src_cuda else src,
                                                        kwargs.get("non_blocking", False)))
+
+
+class PinningMode(TorchFunctionMode):
+    """For a DataLoader's pin-memory thread started while the shim is installed: that thread
+    pins each batch with ``Tensor.pin_memory()`` outside any predicting block, which a CPU
+    build refuses. Here pinning is what it is inside a block (a copy remembered as pinned), so
+    the batch's later ``non_blocking`` upload in the block is predicted as from pinned memory."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        method = _tensor_method(func)
+        if method == "pin_memory" and not is_standin(args[0]):
+            return mark_pinned(args[0].clone())
+        if method == "is_pinned" and not is_standin(args[0]):
+            return is_marked_pinned(args[0])
+        return func(*args, **(kwargs or {}))

@@ -5,10 +5,19 @@ Streams, events and ``synchronize`` are plain Python in torch.cuda, never tensor
 torch mode sees them; like ``syncguard.cpupath`` the shim swaps the module's names for the
 block's duration and restores them on every exit path. Code that bound a name before the block
 (``from torch.cuda import Stream``) keeps the real one and is not seen.
+
+Beside ``torch.cuda``, the shim answers for what asks the same question elsewhere:
+``torch.accelerator`` (the DataLoader decides whether to pin by it), the names torch.cuda's own
+submodules look up in themselves (``torch.cuda.memory``, ``torch.cuda.nvtx``), the DataLoader's
+pin-memory thread, and ``torch.compile``'s CUDA-graph modes. What a CPU build cannot run as on a
+GPU (CUDA graphs, ``mem_get_info``) runs as best it can and is reported "not predicted".
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import itertools
 import os
 import threading
 from types import SimpleNamespace
@@ -16,16 +25,61 @@ from typing import Any
 
 import torch
 
-from .engine import active
+from .engine import DEVICE_COUNT, active, check_ordinal
 from .tensors import FREES
 
-__all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "SHIMMED"]
+__all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
+           "ACCELERATOR_SHIMMED", "GRAPHS_WHY"]
 
 
 def _decide(op: str, facts: dict | None = None) -> None:
     p = active()
     if p is not None:
         p.decide(op, facts or {})
+
+
+def _cannot(what: str, why: str) -> None:
+    p = active()
+    if p is not None:
+        p.cannot(what, why)
+
+
+def _index(device: Any) -> int:
+    """The CUDA index ``device`` names (None: the current device, 0), by torch's own parser,
+    which also raises torch's errors for a device of another type."""
+    if device is None:
+        return 0
+    from torch.cuda._utils import _get_device_index
+
+    return _get_device_index(device, optional=True)
+
+
+def _ordinal(device: Any) -> int:
+    """For calls that select a device: cuda:N beyond the count raises as torch does."""
+    return check_ordinal(_index(device))
+
+
+def _device_id(device: Any) -> int:
+    """For the device queries (get_device_properties and kin): torch asserts."""
+    index = _index(device)
+    if index < 0 or index >= DEVICE_COUNT:
+        raise AssertionError("Invalid device id")
+    return index
+
+
+def _stream_device(device: Any) -> int:
+    index = _index(device)
+    if index >= DEVICE_COUNT:
+        raise RuntimeError(f"Device index value {index} is out of index range "
+                           f"[0, {DEVICE_COUNT})")
+    return index
+
+
+def _stats_device(device: Any) -> int:
+    index = _index(device)
+    if index >= DEVICE_COUNT:
+        raise RuntimeError(f"Invalid device argument {index}: did you call init?")
+    return index
 
 
 class FakeStream:
@@ -35,14 +89,41 @@ class FakeStream:
 
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any):
         self.stream_id = next(FakeStream._ids)
-        self.device = SimpleNamespace(type="cuda", index=0)
+        self.device = SimpleNamespace(type="cuda", index=_ordinal(device))
         self.priority = priority
-
+        self.capturing = False  # inside ``with torch.cuda.graph(g, stream=this)``
     def synchronize(self) -> None:
         _decide("torch.cuda.Stream.synchronize")
 
     def query(self) -> bool:
         return True
+
+    def is_capturing(self) -> bool:
+        """Whether a ``torch.cuda.graph`` block is capturing on this stream (the optimizers'
+        capture check asks this)."""
+        return self.capturing
+
+    @property
+    def device_type(self) -> str:
+        return "cuda"
+
+    @property
+    def device_index(self) -> int:
+        return self.device.index
+
+    @property
+    def cuda_stream(self) -> int:
+        return self.stream_id
+
+    def __enter__(self) -> "FakeStream":  # torch.Stream: ``with stream:`` makes it current
+        entered = _local.__dict__.setdefault("entered", [])
+        entered.append(_stream(self))
+        entered[-1].__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        _local.entered.pop().__exit__(*exc)
+        return False
 
     def wait_stream(self, stream: "FakeStream") -> None:
         return None
@@ -112,7 +193,22 @@ def _stream(stream: FakeStream | None):
 
 
 def _synchronize(device: Any = None) -> None:
+    _ordinal(device)
     _decide("torch.cuda.synchronize")
+
+
+def _current_stream(device: Any = None) -> FakeStream:
+    _stream_device(device)
+    return _current()
+
+
+def _default_stream(device: Any = None) -> FakeStream:
+    _stream_device(device)
+    return _DEFAULT
+
+
+def _set_stream(stream: FakeStream) -> None:
+    _local.stream = stream
 
 
 def _empty_cache() -> None:
@@ -129,34 +225,361 @@ def _get_rng_state(device: Any = "cuda") -> Any:
 _PROPS = SimpleNamespace(name="predicted CUDA device (syncguard)", major=9, minor=0,
                          total_memory=80 << 30, multi_processor_count=132)
 
+
+def _get_device_properties(device: Any = None) -> SimpleNamespace:
+    _device_id(device)
+    return _PROPS
+
+
+def _get_device_name(device: Any = None) -> str:
+    return _get_device_properties(device).name
+
+
+def _get_device_capability(device: Any = None) -> tuple[int, int]:
+    props = _get_device_properties(device)
+    return props.major, props.minor
+
+
+def _set_device(device: Any) -> None:
+    _ordinal(device)  # negative: a no-op, as in torch
+
+
+def _exchange_device(device: int) -> int:
+    """What ``torch.cuda.device(i)`` / ``device_of(t)`` call on entry: device 0 is the only
+    one, so selecting it changes nothing; -1 is torch's "no device"; beyond: torch's error."""
+    if device is None or device < 0:
+        return -1
+    check_ordinal(device)
+    return 0
+
+
+def _maybe_exchange_device(device: int) -> int:
+    return -1 if device is None or device < 0 else 0
+
+
+def _mem_get_info(device: Any = None) -> tuple[int, int]:
+    """cudaMemGetInfo, a CUDA runtime call no committed run measured: the table answers "not
+    predicted" (unless a later run measures it); the answer is a plausible idle device."""
+    _ordinal(device)
+    _decide("torch.cuda.mem_get_info")
+    return _PROPS.total_memory, _PROPS.total_memory
+
+
+def _memory_stats(device: Any = None) -> dict:
+    """The caching allocator's counters (host-side bookkeeping, no CUDA call): nothing is
+    allocated on a device here, so every statistic reads 0 (torch.cuda.memory's own
+    memory_allocated and kin read them from here)."""
+    _stats_device(device)
+    return collections.defaultdict(int)
+
+
+def _memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    index = _stats_device(device)
+    rule = "=" * 75
+    return (f"|{rule}|\n| PyTorch CUDA memory summary, device ID {index}: predicted by syncguard "
+            f"on a CPU, no device memory is allocated |\n|{rule}|\n")
+
+
+def _zero(device: Any = None) -> int:
+    _stats_device(device)
+    return 0
+
+
+def _reset(device: Any = None) -> None:
+    _stats_device(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: a CPU build has none. The captured code runs eagerly once and a replay does
+# nothing (its outputs keep the captured values), which is no prediction of a GPU's behaviour.
+
+GRAPHS_WHY = ("CUDA graphs: a CPU build has no graphs to capture or replay; the code runs "
+              "eagerly here (a replay does nothing), so the block's prediction does not cover "
+              "it")
+_pool_ids = itertools.count(1)
+
+
+class FakeCUDAGraph:
+    """``torch.cuda.CUDAGraph`` (and ``torch.accelerator.Graph``): capture and replay are
+    reported "not predicted"; as a context manager (``with graph:``) it captures."""
+
+    def __init__(self, keep_graph: bool = False, *args: Any, **kwargs: Any):
+        self._pool = (0, next(_pool_ids))
+
+    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
+        _cannot("torch.cuda.graph", GRAPHS_WHY)
+
+    def capture_end(self) -> None:
+        return None
+
+    def instantiate(self) -> None:
+        return None
+
+    def replay(self) -> None:
+        _cannot("torch.cuda.CUDAGraph.replay", GRAPHS_WHY)
+
+    def reset(self) -> None:
+        return None
+
+    def pool(self) -> tuple[int, int]:
+        return self._pool
+
+    def enable_debug_mode(self) -> None:
+        return None
+
+    def debug_dump(self, debug_path: str) -> None:
+        return None
+
+    def __enter__(self) -> "FakeCUDAGraph":
+        self.capture_begin()
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        self.capture_end()
+        return False
+
+
+class _GraphContext:
+    """``with torch.cuda.graph(g):``. As torch's own, it synchronizes and empties the cache
+    before capturing (a GPU waits there: predicted from the measured rules) and makes the
+    capture stream current; the capture itself is "not predicted"."""
+
+    default_capture_stream: FakeStream | None = None
+
+    def __init__(self, cuda_graph: FakeCUDAGraph, pool: Any = None,
+                 stream: FakeStream | None = None, *args: Any, **kwargs: Any):
+        if stream is None:
+            if _GraphContext.default_capture_stream is None:
+                _GraphContext.default_capture_stream = FakeStream()
+            stream = _GraphContext.default_capture_stream
+        self.capture_stream = stream
+        self.cuda_graph = cuda_graph
+        self._ctx = _stream(stream)
+
+    def __enter__(self) -> None:
+        _synchronize()
+        _empty_cache()
+        self._ctx.__enter__()
+        self.capture_stream.capturing = True
+        self.cuda_graph.capture_begin()
+
+    def __exit__(self, *exc: object) -> bool:
+        try:
+            self.cuda_graph.capture_end()
+        finally:
+            self.capture_stream.capturing = False
+            self._ctx.__exit__(*exc)
+        return False
+
+
+def _not_covered(fn: Any, what: str, why: str) -> Any:
+    """``fn`` as it is, reporting each call "not predicted" to the block it runs in."""
+
+    if getattr(fn, "_sg_not_covered", False):  # torch.compile's decorator compiles again
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _cannot(what, why)
+        return fn(*args, **kwargs)
+
+    call._sg_not_covered = True  # type: ignore[attr-defined]
+    return call
+
+
+def _make_graphed_callables(callables: Any, sample_args: Any, *args: Any, **kwargs: Any) -> Any:
+    """Graphed callables run eagerly here: each call of one is "not predicted". Modules get a
+    new ``forward``, as torch's own does to them."""
+    what = "torch.cuda.make_graphed_callables"
+    single = not isinstance(callables, tuple)
+    out = []
+    for c in ((callables,) if single else callables):
+        if isinstance(c, torch.nn.Module):
+            c.forward = _not_covered(c.forward, what, GRAPHS_WHY)
+            out.append(c)
+        else:
+            out.append(_not_covered(c, what, GRAPHS_WHY))
+    return out[0] if single else tuple(out)
+
+
+def _uses_cuda_graphs(backend: Any, mode: Any, options: Any) -> bool:
+    """Whether ``torch.compile`` with these arguments replays CUDA graphs on a GPU (inductor's
+    own mode table says which modes turn ``triton.cudagraphs`` on)."""
+    if backend == "cudagraphs":
+        return True
+    if isinstance(options, dict) and "triton.cudagraphs" in options:
+        return bool(options["triton.cudagraphs"])
+    if not mode or backend not in (None, "inductor"):
+        return False
+    try:
+        from torch._inductor import list_mode_options
+
+        return bool(list_mode_options(mode).get("triton.cudagraphs"))
+    except Exception:  # noqa: BLE001 - an unknown mode is torch.compile's to reject
+        return mode in ("reduce-overhead", "max-autotune")
+
+
+def _compile(original: Any) -> Any:
+    """``torch.compile``: unchanged, except that what a CUDA-graph mode compiles (on a GPU:
+    captured once, then replayed) reports each call "not predicted" (it runs eagerly here)."""
+
+    @functools.wraps(original)
+    def compile(model: Any = None, **kwargs: Any) -> Any:
+        out = original(model, **kwargs)
+        if not _uses_cuda_graphs(kwargs.get("backend"), kwargs.get("mode"),
+                                 kwargs.get("options")):
+            return out
+        what = (f"torch.compile(mode={kwargs['mode']!r})" if kwargs.get("mode")
+                else "torch.compile with CUDA graphs")
+        why = GRAPHS_WHY.replace("CUDA graphs:", f"CUDA graphs ({what} replays them on a GPU):")
+
+        def mark(compiled: Any) -> Any:
+            if isinstance(compiled, torch.nn.Module):  # OptimizedModule: calls reach forward
+                compiled.forward = _not_covered(compiled.forward, what, why)
+                return compiled
+            return _not_covered(compiled, what, why)
+
+        if model is None:  # torch.compile(mode=...) is a decorator
+            return lambda fn: mark(out(fn))
+        return mark(out)
+
+    return compile
+
+
+# ---------------------------------------------------------------------------------------------
+# NVTX: host-side markers for a profiler, no device work. What torch answers on a GPU with no
+# profiler attached (seen on an H200, torch 2.11): push/pop -2, range_start 0, mark None.
+
+_NVTX = SimpleNamespace(
+    rangePushA=lambda msg: -2, rangePop=lambda: -2, markA=lambda msg: None,
+    rangeStartA=lambda msg: 0, rangeEnd=lambda range_id: None,
+    deviceRangeStart=lambda msg, stream=0: None,
+    deviceRangeEnd=lambda handle, stream=0: None)
+
+
+def _seed() -> None:
+    return None
+
+
 #: name in torch.cuda -> stand-in; everything else in torch.cuda is left as it is.
 SHIMMED: dict[str, Any] = {
     "is_available": lambda: True,
     "is_initialized": lambda: True,
     "_lazy_init": lambda: None,
     "init": lambda: None,
-    "device_count": lambda: 1,
+    "device_count": lambda: DEVICE_COUNT,
     "current_device": lambda: 0,
-    "set_device": lambda device: None,
+    "set_device": _set_device,
+    "_exchange_device": _exchange_device,
+    "_maybe_exchange_device": _maybe_exchange_device,
     "synchronize": _synchronize,
     "empty_cache": _empty_cache,
     "Stream": FakeStream,
     "Event": FakeEvent,
-    "current_stream": lambda device=None: _current(),
-    "default_stream": lambda device=None: _DEFAULT,
+    "current_stream": _current_stream,
+    "default_stream": _default_stream,
+    "set_stream": _set_stream,
     "stream": _stream,
-    "get_device_name": lambda device=None: _PROPS.name,
-    "get_device_capability": lambda device=None: (_PROPS.major, _PROPS.minor),
-    "get_device_properties": lambda device=None: _PROPS,
+    "get_device_name": _get_device_name,
+    "get_device_capability": _get_device_capability,
+    "get_device_properties": _get_device_properties,
     "is_bf16_supported": lambda *a, **k: True,
     "manual_seed": lambda seed: None,
+    "manual_seed_all": lambda seed: None,
+    "seed": _seed,
+    "seed_all": _seed,
+    "initial_seed": lambda: torch.initial_seed(),  # the stand-ins draw from the CPU generator
     "get_rng_state": _get_rng_state,
     "set_rng_state": lambda new_state, device="cuda": _decide("torch.cuda.set_rng_state"),
-    "manual_seed_all": lambda seed: None,
-    "memory_allocated": lambda device=None: 0,
-    "max_memory_allocated": lambda device=None: 0,
-    "reset_peak_memory_stats": lambda device=None: None,
+    "mem_get_info": _mem_get_info,
+    "memory_stats": _memory_stats,
+    "memory_summary": _memory_summary,
+    "memory_allocated": _zero,
+    "max_memory_allocated": _zero,
+    "memory_reserved": _zero,
+    "max_memory_reserved": _zero,
+    "reset_peak_memory_stats": _reset,
+    "reset_accumulated_memory_stats": _reset,
+    "CUDAGraph": FakeCUDAGraph,
+    "graph": _GraphContext,
+    "graph_pool_handle": lambda: (0, next(_pool_ids)),
+    "is_current_stream_capturing": lambda: _current().capturing,
+    "make_graphed_callables": _make_graphed_callables,
 }
+
+#: the same stand-ins in torch.cuda.memory, where torch.cuda's own functions (memory_allocated
+#: and kin read memory_stats) and code calling the module directly look them up
+MEMORY_SHIMMED: dict[str, Any] = {
+    "memory_stats": _memory_stats,
+    "memory_summary": _memory_summary,
+    "mem_get_info": _mem_get_info,
+}
+
+
+class _DeviceIndex:
+    """``torch.accelerator.device_index(i)``: device 0 is the only one."""
+
+    def __init__(self, device: int | None, /) -> None:
+        self.idx = device
+
+    def __enter__(self) -> None:
+        if self.idx is not None:
+            _exchange_device(self.idx)
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+def _acc_synchronize(device: Any = None, /) -> None:
+    """torch.accelerator.synchronize on CUDA is the device synchronize torch.cuda.synchronize
+    makes (cudaDeviceSynchronize): the same measured rule answers."""
+    _synchronize(device)
+
+
+def _acc_empty_host_cache() -> None:
+    _decide("torch.accelerator.empty_host_cache")  # cudaFreeHost of cached blocks: unmeasured
+
+
+#: name in torch.accelerator -> stand-in, agreeing with the shimmed torch.cuda (only the names
+#: this torch has are swapped)
+ACCELERATOR_SHIMMED: dict[str, Any] = {
+    "is_available": lambda: True,
+    "current_accelerator": lambda check_available=False: torch.device("cuda"),
+    "device_count": lambda: DEVICE_COUNT,
+    "current_device_index": lambda: 0,
+    "current_device_idx": lambda: 0,
+    "set_device_index": lambda device, /: _set_device(device),
+    "set_device_idx": lambda device, /: _set_device(device),
+    "device_index": _DeviceIndex,
+    "current_stream": lambda device=None, /: _current_stream(device),
+    "set_stream": _set_stream,
+    "synchronize": _acc_synchronize,
+    "empty_cache": _empty_cache,
+    "empty_host_cache": _acc_empty_host_cache,
+    "get_memory_info": lambda device=None, /: _mem_get_info(device),
+    "memory_stats": lambda device=None, /: _memory_stats(device),
+    "memory_allocated": lambda device=None, /: _zero(device),
+    "max_memory_allocated": lambda device=None, /: _zero(device),
+    "memory_reserved": lambda device=None, /: _zero(device),
+    "max_memory_reserved": lambda device=None, /: _zero(device),
+    "reset_peak_memory_stats": lambda device=None, /: _reset(device),
+    "reset_accumulated_memory_stats": lambda device=None, /: _reset(device),
+    "Graph": FakeCUDAGraph,
+}
+
+
+def _pinning(original: Any) -> Any:
+    """The DataLoader's pin-memory thread (started by a loader made while the shim is
+    installed): pinned as inside a block, where a CPU build cannot pin at all."""
+    from .modes import PinningMode
+
+    @functools.wraps(original)
+    def loop(*args: Any, **kwargs: Any) -> Any:
+        with PinningMode():
+            return original(*args, **kwargs)
+
+    return loop
+
 
 def _generator_class():
     """``torch.Generator`` that gives a CPU generator for ``device="cuda"``; instances stay real
@@ -180,15 +603,6 @@ def _generator_class():
     return _Meta("Generator", (orig,), {"__module__": "torch", "__doc__": orig.__doc__})
 
 
-_lock = threading.Lock()
-_depth = 0
-_saved: dict[str, Any] = {}
-_saved_torch: dict[str, Any] = {}
-_saved_state: dict[str, Any] = {}  # process-wide settings other than names (install())
-INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
-_MISSING = object()
-
-
 def _grouping(original):
     """``torch._C._group_tensors_by_device_and_dtype`` (how optimizers and clip_grad_norm_
     split their tensors) reads the C++ device, the CPU for a stand-in: the groups of stand-ins
@@ -209,20 +623,50 @@ def _grouping(original):
     return group
 
 
+def _targets() -> list[tuple[Any, dict[str, Any]]]:
+    """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
+    what they replace)."""
+    import torch.cuda.memory
+    import torch.cuda.nvtx
+    import torch.utils.data._utils.pin_memory as pin
+
+    out = [(torch.cuda, SHIMMED), (torch.cuda.memory, MEMORY_SHIMMED),
+           (torch.cuda.nvtx, {"_nvtx": _NVTX})]
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None:
+        out.append((acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
+    out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
+    out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile)}))
+    out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
+        torch._C._group_tensors_by_device_and_dtype)}))
+    return out
+
+
+_lock = threading.Lock()
+_depth = 0
+_saved: list[tuple[Any, str, Any]] = []  # (module, name, what it held or _MISSING)
+_saved_state: dict[str, Any] = {}  # process-wide settings other than names (install())
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
+_MISSING = object()
+
+
 def install() -> None:
     """Swap the names in (reference-counted: nested and concurrent blocks share one swap)."""
     global _depth
-    import torch.cuda as tc
 
     with _lock:
         _depth += 1
         if _depth > 1:
             return
-        for name, value in SHIMMED.items():
-            _saved[name] = tc.__dict__.get(name, _MISSING)
-            setattr(tc, name, value)
-        import torch
-
+        try:
+            for module, table in _targets():
+                for name, value in table.items():
+                    _saved.append((module, name, vars(module).get(name, _MISSING)))
+                    setattr(module, name, value)
+        except BaseException:
+            _restore_names()
+            _depth -= 1
+            raise
         # Process-wide state, saved with the names (first install) and put back with them (last
         # uninstall): per block, one thread's exit undid it under another thread's open block.
         # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins (the
@@ -232,34 +676,26 @@ def install() -> None:
         _saved_state["overwrite"] = torch.__future__.get_overwrite_module_params_on_conversion()
         _saved_state["env"] = os.environ.get(INDUCTOR_CACHE)
         torch.__future__.set_overwrite_module_params_on_conversion(True)
-        _saved_torch["Generator"] = torch.Generator
-        torch.Generator = _generator_class()
-        _saved_torch["_C._group_tensors_by_device_and_dtype"] = \
-            torch._C._group_tensors_by_device_and_dtype
-        torch._C._group_tensors_by_device_and_dtype = _grouping(
-            torch._C._group_tensors_by_device_and_dtype)
+
+
+def _restore_names() -> None:
+    """Put every swapped name back, last swapped first (a name absent before is removed)."""
+    while _saved:
+        module, name, value = _saved.pop()
+        if value is _MISSING:
+            vars(module).pop(name, None)
+        else:
+            setattr(module, name, value)
 
 
 def uninstall() -> None:
     global _depth
-    import torch.cuda as tc
 
     with _lock:
         _depth -= 1
         if _depth > 0:
             return
-        for name, value in _saved.items():
-            if value is _MISSING:
-                tc.__dict__.pop(name, None)
-            else:
-                setattr(tc, name, value)
-        _saved.clear()
-        import torch
-
-        for name, value in _saved_torch.items():
-            owner, _, attr = name.rpartition(".")
-            setattr(torch._C if owner == "_C" else torch, attr, value)
-        _saved_torch.clear()
+        _restore_names()
         torch.__future__.set_overwrite_module_params_on_conversion(_saved_state.pop("overwrite"))
         env = _saved_state.pop("env")
         if env is None:

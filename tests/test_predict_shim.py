@@ -1,0 +1,341 @@
+"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py) beyond streams
+and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
+seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
+
+Expected answers are what torch says on a real one-GPU machine (an H200, torch 2.11.0+cu130,
+read on the device machine for this file: ``torch.accelerator`` reports
+``(True, device('cuda'), device('cuda'), 1, 0)`` for is_available, current_accelerator,
+current_accelerator(check_available=True), device_count, current_device_index; ``cuda:1``
+raises ``torch.AcceleratorError`` "CUDA error: invalid device ordinal"; the device queries raise
+``AssertionError("Invalid device id")``; ``current_stream(1)`` raises "Device index value 1 is
+out of index range [0, 1)"), or the measured kinds of the committed H200 corpus runs, never the
+predictor's own table. What a CPU build cannot model must be "not predicted", never clean.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import types
+
+import pytest
+import torch
+
+from syncguard.predict import predicting
+from syncguard.predict.derive import measured_kinds
+from syncguard.predict.tensors import unwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CPU_BUILD = not torch.backends.cuda.is_built()
+
+
+def measured(version: str, snippet: str) -> list[str]:
+    return measured_kinds(ROOT, version, f"corpus/{snippet}")
+
+
+def _names(module) -> dict:
+    return dict(vars(module))
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.accelerator agrees with the shimmed torch.cuda
+
+def test_torch_accelerator_answers_as_one_gpu_inside_a_block():
+    """Found by a reviewer: inside a block torch.accelerator said there was no accelerator."""
+    with predicting():
+        acc = torch.accelerator
+        assert acc.is_available() is True
+        assert acc.current_accelerator() == torch.device("cuda")
+        assert acc.current_accelerator(check_available=True) == torch.device("cuda")
+        assert acc.device_count() == 1
+        assert acc.current_device_index() == 0
+        acc.set_device_index(0)
+        with acc.device_index(0):
+            assert torch.zeros(2, device=acc.current_accelerator()).is_cuda
+
+
+@pytest.mark.skipif(not CPU_BUILD, reason="a CUDA build has an accelerator outside the block")
+def test_torch_accelerator_says_no_accelerator_again_after_the_block():
+    with predicting():
+        pass
+    assert torch.accelerator.is_available() is False
+    assert torch.accelerator.current_accelerator() is None
+    assert torch.accelerator.device_count() == 0
+
+
+def test_every_patched_module_is_restored_exactly_after_nested_blocks_and_an_exception():
+    import torch.cuda.memory
+    import torch.cuda.nvtx
+    import torch.utils.data._utils.pin_memory as pin
+
+    modules = [torch, torch._C, torch.cuda, torch.cuda.memory, torch.cuda.nvtx, torch.accelerator,
+               pin]
+    before = [_names(m) for m in modules]
+    with pytest.raises(ZeroDivisionError):
+        with predicting():
+            with predicting():
+                assert torch.accelerator.is_available()
+            assert torch.accelerator.is_available()  # the outer block still holds the shim
+            1 / 0
+    after = [_names(m) for m in modules]
+    for m, b, a in zip(modules, before, after):
+        added = [k for k in a.keys() - b.keys() if not isinstance(a[k], types.ModuleType)]
+        assert not added and b.keys() <= a.keys(), (m.__name__, added, b.keys() - a.keys())
+        changed = [k for k in b if a[k] is not b[k]]  # (a submodule torch imported is no change)
+        assert not changed, (m.__name__, changed)
+
+
+def test_overlapping_blocks_on_two_threads_keep_torch_accelerator_until_the_last_closes():
+    """A open, B open, A close, B asks, B close: the shim is shared and reference-counted."""
+    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
+    seen, errors = {}, []
+    original = torch.accelerator.is_available
+
+    def a():
+        try:
+            with predicting():
+                a_open.set()
+                assert b_open.wait(10)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+        finally:
+            a_closed.set()
+
+    def b():
+        try:
+            assert a_open.wait(10)
+            with predicting():
+                b_open.set()
+                assert a_closed.wait(10)
+                seen["available"] = torch.accelerator.is_available()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert seen["available"] is True
+    assert torch.accelerator.is_available is original
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_pinned_dataloader_batch_uploaded_non_blocking_is_predicted_as_pinned(workers):
+    """Found by a reviewer: DataLoader(pin_memory=True) asks torch.accelerator, which said no
+    accelerator, so batches were not pinned and every ``non_blocking`` upload of one was
+    predicted as a pageable copy. With workers, pinning runs on the loader's own thread."""
+    ds = torch.utils.data.TensorDataset(torch.arange(16.0).reshape(8, 2))
+    with predicting("2.14.1") as p:
+        loader = torch.utils.data.DataLoader(ds, batch_size=4, pin_memory=True,
+                                             num_workers=workers)
+        got = []
+        for (batch,) in loader:
+            assert batch.is_pinned()
+            got.append(batch.to("cuda", non_blocking=True))
+    assert [e.kind for e in p.syncs] == measured("2.14.1", "pinned_to_cuda_non_blocking") * 2
+    assert not p.unmodelled, p.format()
+    assert all(g.is_cuda for g in got) and torch.equal(unwrap(got[1]), ds.tensors[0][4:])
+
+
+def test_torch_accelerator_synchronize_and_streams_agree_with_torch_cuda():
+    with predicting("2.14.1") as p:
+        s = torch.cuda.Stream()
+        torch.accelerator.set_stream(s)
+        assert torch.accelerator.current_stream() == s == torch.cuda.current_stream()
+        with torch.cuda.Stream() as side:
+            assert torch.cuda.current_stream() == side
+        torch.accelerator.set_stream(torch.cuda.default_stream())
+        assert torch.accelerator.current_stream().is_capturing() is False  # optimizers ask
+        torch.accelerator.synchronize()
+    assert [e.kind for e in p.syncs] == measured("2.14.1", "cuda_synchronize")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.cuda APIs that raised inside a block
+
+def test_device_context_managers_select_device_zero_as_a_no_op():
+    with predicting() as p:
+        x = torch.ones(2, device="cuda")
+        with torch.cuda.device(0):
+            assert torch.cuda.current_device() == 0
+            y = torch.ones(2, device="cuda") + x
+        with torch.cuda.device_of(x):
+            y = y * 2
+        with torch.cuda.device(-1):  # torch: a negative index is a no-op
+            pass
+        torch.cuda.set_device(0)
+    assert y.is_cuda and unwrap(y).tolist() == [4.0, 4.0]
+    assert p.clean, p.format()
+
+
+def test_seeding_and_nvtx_are_harmless_stand_ins():
+    """NVTX ranges are host-side markers: no-ops here, with what a GPU without a profiler
+    attached returns (push/pop -2, range_start 0, mark None)."""
+    with predicting() as p:
+        assert torch.cuda.seed() is None and torch.cuda.seed_all() is None
+        assert isinstance(torch.cuda.initial_seed(), int)
+        assert torch.cuda.nvtx.range_push("step") == -2
+        assert torch.cuda.nvtx.range_pop() == -2
+        assert torch.cuda.nvtx.mark("here") is None
+        torch.cuda.nvtx.range_end(torch.cuda.nvtx.range_start("r"))
+        with torch.cuda.nvtx.range("forward {}", 1):
+            y = torch.ones(2, device="cuda") * 3
+    assert y.is_cuda
+    assert p.clean, p.format()
+
+
+def test_memory_queries_answer_or_say_they_were_not_predicted():
+    """mem_get_info is a CUDA runtime call no committed run measured: not predicted, with a
+    plausible answer; the allocator's own statistics are host-side counters."""
+    with predicting() as p:
+        free, total = torch.cuda.mem_get_info()
+        assert isinstance(free, int) and isinstance(total, int) and 0 < free <= total
+        summary = torch.cuda.memory_summary()
+        assert isinstance(summary, str) and "memory summary" in summary
+        assert torch.cuda.memory_stats().get("allocated_bytes.all.current", 0) == 0
+        assert torch.cuda.memory_reserved() == 0 == torch.cuda.max_memory_reserved()
+    assert [u.what for u in p.unmodelled] == ["torch.cuda.mem_get_info"]
+    assert "not predicted" in str(p.unmodelled[0]) and "mem_get_info" in p.unmodelled[0].why
+
+
+def test_a_cuda_graph_runs_and_the_prediction_says_it_does_not_cover_it():
+    """Found by a reviewer: torch.cuda.CUDAGraph() raised inside a block."""
+    with predicting() as p:
+        static_in = torch.ones(4, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        assert isinstance(g, torch.cuda.CUDAGraph)
+        with torch.cuda.graph(g):
+            assert torch.cuda.is_current_stream_capturing()
+            static_out = static_in * 2
+        g.replay()
+        assert not torch.cuda.is_current_stream_capturing()
+        torch.cuda.graph_pool_handle()
+    assert static_out.is_cuda and unwrap(static_out).tolist() == [2.0] * 4
+    assert not p.clean
+    graphs = [u for u in p.unmodelled if "CUDA graph" in u.why]
+    assert [u.what for u in graphs] == ["torch.cuda.graph", "torch.cuda.CUDAGraph.replay"]
+    assert all("does not cover" in u.why for u in graphs)
+    assert "not predicted" in (p.to_report().reason or "")
+    # entering torch.cuda.graph synchronizes the device first, as torch's own does (measured:
+    # library/cuda_graph_capture's ground truth has a cudaDeviceSynchronize)
+    assert "device_sync" in [e.kind for e in p.syncs]
+
+
+def test_make_graphed_callables_runs_eagerly_and_is_not_predicted():
+    with predicting() as p:
+        lin = torch.nn.Linear(4, 4).cuda()
+        fn = torch.cuda.make_graphed_callables(lin, (torch.randn(2, 4, device="cuda"),))
+        out = fn(torch.randn(2, 4, device="cuda"))
+    assert out.is_cuda and out.shape == (2, 4)
+    assert any("make_graphed_callables" in u.what for u in p.unmodelled), p.format()
+
+
+def test_torch_accelerator_graph_is_not_predicted():
+    if not hasattr(torch.accelerator, "Graph"):
+        pytest.skip("this torch has no torch.accelerator.Graph")
+    with predicting() as p:
+        x = torch.zeros(2, device="cuda")
+        g = torch.accelerator.Graph()
+        with g:
+            x += 1
+        g.replay()
+    assert any("CUDA graph" in u.why for u in p.unmodelled), p.format()
+
+
+@pytest.mark.parametrize("how", ["function", "decorator", "module", "Module.compile",
+                                 "options"])
+def test_compile_with_cuda_graphs_is_not_predicted_at_each_call(how):
+    """Found by a reviewer: torch.compile(mode="reduce-overhead") ran eagerly and was predicted
+    clean; a GPU captures and replays the compiled code in CUDA graphs."""
+    def f(x):
+        return (x * 2).sum()
+
+    with predicting() as p:
+        x = torch.randn(8, device="cuda")
+        if how == "function":
+            g = torch.compile(f, mode="reduce-overhead")
+        elif how == "decorator":
+            g = torch.compile(mode="max-autotune")(f)
+        elif how == "options":
+            g = torch.compile(f, options={"triton.cudagraphs": True})
+        else:
+            g = torch.nn.Linear(8, 1).cuda()
+            if how == "module":
+                g = torch.compile(g, mode="reduce-overhead")
+            else:
+                g.compile(mode="reduce-overhead")
+        before = len(p.unmodelled)
+        out = g(x)
+        assert len(p.unmodelled) == before + 1
+        g(x)
+    assert out.is_cuda
+    assert len([u for u in p.unmodelled if "CUDA graphs" in u.why]) == 2, p.format()
+    assert all("does not cover" in u.why for u in p.unmodelled)
+
+
+def test_compile_without_cuda_graphs_is_left_as_it_was():
+    with predicting() as p:
+        x = torch.randn(8, device="cuda")
+        torch.compile(lambda t: (t * 2).sum(), mode="max-autotune-no-cudagraphs")(x)
+        torch.compile(lambda t: t + 1)(x)
+    assert not [u for u in p.unmodelled if "CUDA graphs" in u.why], p.format()
+
+
+# ---------------------------------------------------------------------------------------------
+# One device: cuda:1 does not exist
+
+ORDINAL = "CUDA error: invalid device ordinal"
+
+
+@pytest.mark.parametrize("call", [
+    'torch.ones(2, device="cuda:1")',
+    'torch.ones(2).to("cuda:1")',
+    'torch.ones(2).cuda(1)',
+    'torch.ones(2, device="cuda").to("cuda:1")',
+    'torch.empty(2, device=torch.device("cuda", 5))',
+    'torch.tensor([1.0], device="cuda:1")',
+    'torch.zeros_like(torch.ones(2, device="cuda"), device="cuda:1")',
+    'torch.nn.Linear(2, 2).to("cuda:1")',
+    'torch.cuda.set_device(1)',
+    'torch.cuda.device(1).__enter__()',
+    'torch.cuda.Stream(device=1)',
+    'torch.cuda.synchronize(1)',
+    'torch.accelerator.set_device_index(1)',
+])
+def test_a_device_beyond_device_count_raises_as_on_a_one_gpu_machine(call):
+    """Found by a reviewer: with one device, cuda:1 "existed" inside a block."""
+    with predicting():
+        assert torch.cuda.device_count() == 1
+        with pytest.raises(RuntimeError, match=ORDINAL) as e:
+            eval(call)
+    if hasattr(torch, "AcceleratorError"):
+        assert isinstance(e.value, torch.AcceleratorError)
+    assert "\n" not in str(e.value)
+    assert "cuda:1" in str(e.value) or "cuda:5" in str(e.value)
+
+
+@pytest.mark.parametrize("call", ["torch.cuda.get_device_properties(1)",
+                                  "torch.cuda.get_device_name(1)",
+                                  "torch.cuda.get_device_capability(1)"])
+def test_device_queries_beyond_device_count_assert_as_torch_does(call):
+    with predicting():
+        with pytest.raises(AssertionError, match="Invalid device id"):
+            eval(call)
+
+
+def test_streams_of_a_missing_device_raise_as_torch_does():
+    with predicting():
+        with pytest.raises(RuntimeError, match=r"Device index value 1 is out of index range "
+                                               r"\[0, 1\)"):
+            torch.cuda.current_stream(1)
+
+
+def test_device_zero_and_device_objects_still_work():
+    with predicting() as p:
+        assert torch.device("cuda", 2).index == 2  # naming a device is no error on a GPU
+        assert torch.ones(1, device="cuda:0").device == torch.device("cuda", 0)
+        assert torch.ones(1).cuda(0).is_cuda and torch.ones(1).to(0).is_cuda
+        assert torch.cuda.get_device_properties(0).total_memory > 0
+        torch.Generator(device="cuda:1")  # generators are made lazily: no error on a GPU
+    assert not p.unmodelled, p.format()
