@@ -20,7 +20,7 @@ import types
 import pytest
 import torch
 
-from syncguard.predict import predicting
+from syncguard.predict import CudaStandIn, predicting
 from syncguard.predict.derive import measured_kinds
 from syncguard.predict.tensors import unwrap
 
@@ -339,3 +339,31 @@ def test_device_zero_and_device_objects_still_work():
         assert torch.cuda.get_device_properties(0).total_memory > 0
         torch.Generator(device="cuda:1")  # generators are made lazily: no error on a GPU
     assert not p.unmodelled, p.format()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor methods that answered as the CPU
+
+def test_new_tensor_on_a_standin_is_a_cuda_tensor_and_uploads():
+    with predicting("2.14.1") as p:
+        x = torch.ones(2, device="cuda")
+        y = x.new_tensor([1.0, 2.0])
+        assert isinstance(y, CudaStandIn) and y.device == torch.device("cuda", 0)
+        assert y.dtype == x.dtype
+        z = x.new_tensor([3], device="cpu")
+        assert z.device.type == "cpu" and not isinstance(z, CudaStandIn)
+    assert unwrap(y).tolist() == [1.0, 2.0]
+    # on a GPU, data from Python is uploaded by a blocking copy (as torch.tensor(list, cuda))
+    assert [e.kind for e in p.syncs] == measured("2.14.1", "tensor_from_list")
+
+
+def test_type_of_a_standin_names_the_cuda_tensor_type():
+    with predicting():
+        x = torch.ones(2, device="cuda")
+        assert x.type() == "torch.cuda.FloatTensor"
+        assert x.type(torch.float64).type() == "torch.cuda.DoubleTensor"
+        d = x.type("torch.cuda.DoubleTensor")
+        assert d.is_cuda and d.dtype == torch.float64
+        assert x.type(torch.float32) is x
+        h = x.type("torch.FloatTensor")
+        assert not isinstance(h, CudaStandIn) and h.device.type == "cpu"

@@ -75,6 +75,10 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             return is_marked_pinned(args[0])
         if method == "record_stream":
             return None
+        if method == "new_tensor" and is_standin(args[0]):
+            return self._new_tensor(func, args, kwargs)
+        if method == "type" and is_standin(args[0]):
+            return self._type(args, kwargs)
         index = check_ordinal(cuda_index(kwargs.get("device")))
         pinned = kwargs.get("pin_memory") is True
         if index is not None:
@@ -98,6 +102,50 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
         if pinned:
             tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
         return out
+
+    def _new_tensor(self, func, args, kwargs):
+        """``standin.new_tensor(data)``: on a GPU a tensor on the stand-in's device (C++ would
+        make it on the stand-in's real device, the CPU), filled by a blocking copy from the
+        host (from the device for data that is itself a CUDA tensor)."""
+        src, rest = args[0], list(args[1:])
+        data = rest.pop(0) if rest else kwargs.pop("data")
+        device = kwargs.pop("device", None)
+        index = src._sg_index if device is None else check_ordinal(cuda_index(device))
+        if index is None:  # an explicit host device: torch's own answer
+            return func(src, data, *rest, device=device, **kwargs)
+        out = unwrap(src).new_tensor(unwrap(data), *rest, **kwargs)
+        if is_standin(data):
+            self._copy_event(True, True, None, False)
+        else:
+            self._copy_event(False, True, data if isinstance(data, torch.Tensor) else None,
+                             False)
+        return wrap(out, index)
+
+    def _type(self, args, kwargs):
+        """``standin.type()``: the CUDA type's name (``torch.cuda.FloatTensor``); with a type,
+        a conversion that stays on the device for a dtype or a CUDA type and moves to the host
+        for a CPU type, as on a GPU."""
+        src, rest = args[0], list(args[1:])
+        kind = rest.pop(0) if rest else kwargs.pop("dtype", None)
+        non_blocking = bool(rest.pop(0) if rest else kwargs.pop("non_blocking", False))
+        if kind is None:
+            name = unwrap(src).type()  # e.g. torch.FloatTensor, torch.sparse.FloatTensor
+            return "torch.cuda." + name[len("torch."):]
+        if isinstance(kind, str):  # "torch.cuda.DoubleTensor": the type of that name
+            resolved = torch if kind.startswith("torch.") else None
+            for part in kind.split(".")[1:] if resolved is not None else ():
+                resolved = getattr(resolved, part, None)
+            if not (hasattr(resolved, "is_cuda") and hasattr(resolved, "dtype")):
+                raise ValueError(f"invalid type: '{kind}'")
+            kind = resolved
+        if isinstance(kind, torch.dtype):
+            dtype, to_cuda = kind, True
+        else:  # a tensor type (torch.cuda.DoubleTensor, torch.FloatTensor, ...)
+            dtype, to_cuda = kind.dtype, bool(kind.is_cuda)
+        if to_cuda and dtype == src.dtype:
+            return src
+        device = torch.device("cuda", src._sg_index) if to_cuda else torch.device("cpu")
+        return self._move("to", (src, device, dtype), {"non_blocking": non_blocking})
 
     def _copy_event(self, src_cuda: bool, dst_cuda: bool, host, non_blocking: bool) -> None:
         self.p.decide(_TO_COPY, copy_facts(src_cuda, dst_cuda, host, non_blocking))
