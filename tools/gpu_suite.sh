@@ -46,6 +46,8 @@ if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = overhead ]; then
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
 fi
 if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
+  # what torch's device APIs answer here: the one-GPU truth of tests/test_predict_shim.py
+  step "device-apis-$ver" $py tools/probe_device_apis.py
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
   # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):
   # 6 processes bare, 6 audited with the default detectors, exit codes counted
