@@ -231,22 +231,28 @@ def _package_paths(name: str) -> tuple[str, ...]:
 
 
 def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,
-            test_patterns: Sequence[str] = (), where: str = "--syncguard-scope") -> CodeScope:
+            test_patterns: Sequence[str] = (), where: str = "--syncguard-scope", *,
+            scope_from: str | None = None, ignore_from: str | None = None) -> CodeScope:
     """The scope named by options; ``scope`` empty means :func:`default_scope`.
+
+    ``where`` labels the scope's text (what the report records, the same whether the option
+    came from the command line or the ini); ``scope_from``/``ignore_from`` are what an error
+    names as where a bad entry came from (an ini key and file, say), ``where`` and its
+    ``ignore`` twin by default.
 
     Raises ValueError (one line) for an entry that is neither a path nor a package.
     """
     if EVERYTHING in scope:
         return EVERYWHERE
-    ignored = tuple(p for e in ignore for p in _locate(e, rootdir, where.replace("scope",
-                                                                                  "ignore")))
+    ignore_from = ignore_from or where.replace("scope", "ignore")
+    ignored = tuple(p for e in ignore for p in _locate(e, rootdir, ignore_from))
     if not scope:
         base = default_scope(rootdir, test_patterns)
         if base.everything:
             return base
         return CodeScope(base.include, base.ignore + ignored, base.ignore_names, base.stdlib,
                          text=base.text + _ignore_text(ignore))
-    include = tuple(p for e in scope for p in _locate(e, rootdir, where))
+    include = tuple(p for e in scope for p in _locate(e, rootdir, scope_from or where))
     return CodeScope(include, ignored, (), _stdlib(),
                      text=f"{', '.join(scope)} ({where})" + _ignore_text(ignore))
 

@@ -191,16 +191,51 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--syncguard-child", dest="syncguard_child", help=argparse.SUPPRESS)
 
 
+def given(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
+    """The raw value an option was given and where: ``(value, where)`` from the command line,
+    else from the ini (an ``-o``/``--override-ini`` value, or the ini file's), else None.
+
+    ``where`` is what every message about a bad value starts with: the flag the user typed, or
+    the ini key they wrote and the file it is in, never a flag they did not type (the scope and
+    report checks that happen after the settings, session.py, name it too). A TOML list under
+    ``[tool.pytest.ini_options]`` reaches here as a list and stays one: a list option reads it,
+    any other refuses it (it had been dropped without a word)."""
+    cli = config.getoption(dest, None)
+    if cli is not None:
+        return cli, f"command line option --{dest.replace('_', '-')}"
+    raw = config.getini(dest)
+    if isinstance(raw, list):
+        return (raw, _ini_where(config, dest)) if raw else None
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip(), _ini_where(config, dest)
+    return None
+
+
+def where(config: pytest.Config, dest: str) -> str:
+    """How a message names the option ``dest`` (:func:`given`'s ``where``; the flag when the
+    option was not given)."""
+    found = given(config, dest)
+    return found[1] if found else f"--{dest.replace('_', '-')}"
+
+
+def _ini_where(config: pytest.Config, dest: str) -> str:
+    overrides = getattr(config.option, "override_ini", None) or ()
+    if any(str(o).partition("=")[0].strip() == dest for o in overrides):
+        return f"ini option {dest} (-o/--override-ini)"
+    return f"ini option {dest} ({config.inipath})" if config.inipath else f"ini option {dest}"
+
+
 def resolve_settings(config: pytest.Config) -> Settings:
-    """One place that turns options into Settings; raises pytest.UsageError for bad values."""
+    """One place that turns options into Settings; raises pytest.UsageError for bad values,
+    each naming where it came from (:func:`given`)."""
     def pick(dest: str, check: Callable[[Any, str], Any], default: Any) -> Any:
-        cli = config.getoption(dest, None)
-        if cli is not None:
-            return check(cli, f"command line option --{dest.replace('_', '-')}")
-        raw = config.getini(dest)
-        if isinstance(raw, str) and raw.strip():
-            return check(raw.strip(), f"ini option {dest} ({config.inipath or 'ini'})")
-        return default
+        found = given(config, dest)
+        if found is None:
+            return default
+        value, where_ = found
+        if isinstance(value, list) and not isinstance(default, tuple):
+            raise ValueError(f"{where_}: {value!r} is a list, not one value")
+        return check(value, where_)
 
     try:
         values = {dest: pick(dest, check, default) for _, dest, check, default, _, _ in OPTIONS}

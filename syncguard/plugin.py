@@ -45,7 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, "syncguard-session")
     config.pluginmanager.register(session.poison, "syncguard-poison")  # after: its hooks run first
     if session.settings.warmup:
-        config.pluginmanager.register(IniWarmup(session.settings.warmup), "syncguard-ini-warmup")
+        config.pluginmanager.register(IniWarmup(session.settings.warmup, options.where(
+            config, "syncguard_warmup")), "syncguard-ini-warmup")
 
 
 class SyncguardFixture:

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import pytest
 
-from . import codescope, devices, isolate, warmup
+from . import codescope, devices, isolate, options, warmup
 from .aggregate import aggregate, split
 from .codescope import CodeScope
 from .events import RegionReport, format_report
@@ -173,10 +173,12 @@ class ScopeResolver:
         self.done: dict[tuple, CodeScope] = {}
 
     def __call__(self, scope: tuple[str, ...], ignore: tuple[str, ...],
-                 where: str = "--syncguard-scope") -> CodeScope:
+                 where: str = "--syncguard-scope", **sources: str | None) -> CodeScope:
+        """``sources``: codescope.resolve's ``scope_from``/``ignore_from``."""
         key = (scope, ignore)
         if key not in self.done:
-            self.done[key] = codescope.resolve(scope, ignore, self.rootdir, self.patterns, where)
+            self.done[key] = codescope.resolve(scope, ignore, self.rootdir, self.patterns, where,
+                                               **sources)
         return self.done[key]
 
 
@@ -196,7 +198,10 @@ class SyncguardSession:
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
         self.scope_for = ScopeResolver(config)
         try:
-            self.codescope = self.scope_for(self.settings.scope, self.settings.ignore)
+            self.codescope = self.scope_for(  # an error names the flag or ini key given
+                self.settings.scope, self.settings.ignore,
+                scope_from=options.where(config, "syncguard_scope"),
+                ignore_from=options.where(config, "syncguard_ignore"))
         except ValueError as e:
             raise pytest.UsageError(f"syncguard: {e}") from None
         self.output = SessionOutput(config, self.settings, self.codescope.text, self.is_worker)
@@ -401,8 +406,9 @@ class SessionOutput:
                 self.file = SessionFile(path, {**settings.options(), "scope": scope},
                                         max_stacks=settings.max_stacks)
             except OSError as e:
-                raise pytest.UsageError(f"syncguard: --syncguard-report={settings.report}: "
-                                        f"cannot write there ({e.strerror or e})") from None
+                raise pytest.UsageError(
+                    f"syncguard: {options.where(config, 'syncguard_report')}: "
+                    f"{settings.report!r}: cannot write there ({e.strerror or e})") from None
 
     def started(self, entries: Iterable[TestEntry]) -> None:
         """An (empty, incomplete) report from the start: a run killed at once still leaves one."""

@@ -50,8 +50,8 @@ class IniWarmup:
     imported only for the first audited test: a run that audits nothing, ``--collect-only`` and
     ``--help`` do not import it (it may initialise CUDA, or need a GPU)."""
 
-    def __init__(self, spec: str):
-        self.spec = spec
+    def __init__(self, spec: str, where: str = "ini option syncguard_warmup"):
+        self.spec, self.where = spec, where  # where: the ini key and file (options.where)
         module = spec.partition(":")[0].strip()
         try:
             found = importlib.util.find_spec(module)
@@ -63,7 +63,7 @@ class IniWarmup:
             raise pytest.UsageError(self._says(f"cannot load {spec!r} ({why})"))
 
     def _says(self, what: str) -> str:
-        return f"syncguard: ini option syncguard_warmup: {what}"
+        return f"syncguard: {self.where}: {what}"
 
     def _load(self) -> Callable[[], Any]:
         module, _, attr = self.spec.partition(":")

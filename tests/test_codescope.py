@@ -289,7 +289,8 @@ def test_marker_and_fixture_set_the_scope(project, run):
 def test_bad_scope_is_one_line_usage_error(project, run):
     res = run(FAKE, "--syncguard", "--syncguard-scope=src/nope")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stderr.fnmatch_lines(["ERROR: syncguard: --syncguard-scope: 'src/nope' is neither a path*"])
+    res.stderr.fnmatch_lines(["ERROR: syncguard: command line option --syncguard-scope: 'src/nope' is neither "
+                              "a path*"])
 
 
 def test_aggregation_counts_and_keep_events(project, run):

@@ -163,7 +163,8 @@ def test_help_names_every_default(pytester, run):
     ([], "syncguard_races = maybe", "ini option syncguard_races (*): 'maybe' is not a boolean*"),
     ([], "syncguard_warmup = nocolon", "ini option syncguard_warmup (*): 'nocolon' is not of the "
                                        "form 'module:callable'"),
-    ([], "syncguard_warmup = no_such_mod:fn", "*syncguard_warmup: cannot load 'no_such_mod:fn'*"),
+    ([], "syncguard_warmup = no_such_mod:fn", "ini option syncguard_warmup (*tox.ini): cannot load "
+                                             "'no_such_mod:fn'*"),
 ])
 def test_bad_values_name_their_source(pytester, run, args, ini, message):
     pytester.makepyfile("def test_x(): pass")
@@ -171,6 +172,92 @@ def test_bad_values_name_their_source(pytester, run, args, ini, message):
     res = run("--syncguard", *args)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"ERROR: syncguard: {message}*"])
+
+
+#: for every option (and the ini-only warm-up), a value it refuses, chosen here: the table must
+#: name each option, so that one added to options.OPTIONS without a case here fails the test
+BAD_VALUE = {
+    "syncguard": "maybe", "syncguard_mode": "loud", "syncguard_detectors": "sniff",
+    "syncguard_races": "maybe", "syncguard_report": "tox.ini/r.json", "syncguard_isolate": "maybe",
+    "syncguard_require_cuda": "maybe", "syncguard_fail_on_phase": "sometimes",
+    "syncguard_scope": "no_such_pkg_zz", "syncguard_ignore": "no_such_pkg_zz",
+    "syncguard_keep_events": "maybe", "syncguard_max_stacks": "-1", "syncguard_predict": "maybe",
+    "syncguard_warmup": "no_such_mod_zz:fn",
+}
+
+
+def _usage_error_line(res) -> str:
+    """The one line a usage error prints (anything more, a traceback say, fails here)."""
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + res.stderr.str()
+    (line,) = [x for x in res.errlines if x.strip()]
+    return line
+
+
+def test_the_bad_value_table_names_every_option():
+    from syncguard.options import OPTIONS
+    assert set(BAD_VALUE) == {dest for _, dest, *_ in OPTIONS} | {"syncguard_warmup"}
+
+
+@pytest.mark.parametrize("dest", sorted(BAD_VALUE))
+def test_a_bad_ini_value_names_the_ini_key_and_file(pytester, run, dest):
+    """Found by a reviewer: syncguard_scope and syncguard_report from the ini were checked after
+    the settings, and their errors named --syncguard-scope / --syncguard-report, flags the user
+    never typed."""
+    pytester.makepyfile(test_m="def test_x(): pass")
+    pytester.makefile(".ini", tox=f"[pytest]\n{dest} = {BAD_VALUE[dest]}\n")
+    line = _usage_error_line(run(*([] if dest == "syncguard" else ["--syncguard"])))
+    head = f"ERROR: syncguard: ini option {dest} ({pytester.path / 'tox.ini'}): "
+    assert line.startswith(head) and repr(BAD_VALUE[dest]) in line, line
+
+
+@pytest.mark.parametrize("flag", [f for f, _, _, _, kw, _ in __import__(
+    "syncguard.options", fromlist=["OPTIONS"]).OPTIONS if kw.get("action") != "store_true"])
+def test_a_bad_command_line_value_names_the_flag(pytester, run, flag):
+    pytester.makepyfile(test_m="def test_x(): pass")
+    pytester.makefile(".ini", tox="[pytest]\n")
+    value = BAD_VALUE[flag[2:].replace("-", "_")]
+    line = _usage_error_line(run("--syncguard", f"{flag}={value}"))
+    assert line.startswith(f"ERROR: syncguard: command line option {flag}: ") and (
+        repr(value) in line), line
+
+
+@pytest.mark.parametrize("dest", ["syncguard_mode", "syncguard_scope", "syncguard_report"])
+def test_a_bad_override_ini_value_names_the_override(pytester, run, dest):
+    """``-o syncguard_x=...`` is an ini value given on the command line: the ini file (here one
+    that does not set it) is not where it came from."""
+    pytester.makepyfile(test_m="def test_x(): pass")
+    pytester.makefile(".ini", tox="[pytest]\n")
+    line = _usage_error_line(run("--syncguard", "-o", f"{dest}={BAD_VALUE[dest]}"))
+    assert line.startswith(f"ERROR: syncguard: ini option {dest} (-o/--override-ini): ") and (
+        repr(BAD_VALUE[dest]) in line), line
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('syncguard_scope = ["no_such_pkg_zz"]', "'no_such_pkg_zz' is neither a path"),
+    ('syncguard_mode = ["fail"]', "['fail'] is a list, not one value"),
+])
+def test_a_bad_list_in_pyproject_names_the_ini_key(pytester, run, toml, message):
+    """A TOML list under [tool.pytest.ini_options] reaches the plugin as a list: it had been
+    dropped without a word (the option at its default), not read nor refused."""
+    pytester.makepyfile(test_m="def test_x(): pass")
+    pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{toml}\n")
+    line = _usage_error_line(run("--syncguard", "-W", "ignore::pytest.PytestRemovedIn10Warning"))
+    dest = toml.split()[0]
+    assert line.startswith(f"ERROR: syncguard: ini option {dest} "
+                           f"({pytester.path / 'pyproject.toml'}): ") and message in line, line
+
+
+def test_a_list_in_pyproject_is_read_as_the_list_it_is(pytester, run):
+    pytester.makepyfile(test_m="""
+        from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+        def test_sync():
+            fake_sync()
+    """)
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nsyncguard_detectors = ["fake"]\n'
+                               'syncguard_scope = ["*"]\n')
+    res = run("--syncguard", "-W", "ignore::pytest.PytestRemovedIn10Warning")
+    res.assert_outcomes(failed=1)
 
 
 # -- markers and fixture -----------------------------------------------------------------------
@@ -341,8 +428,10 @@ def test_unwritable_report_path_is_a_usage_error_before_any_test(pytester, run, 
     res = run("--syncguard", FAKE, f"--syncguard-report={where}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert [x for x in res.errlines if x.strip()] == [
-        x for x in res.errlines if x.startswith(f"ERROR: syncguard: --syncguard-report={where}: ")]
-    res.stderr.fnmatch_lines([f"ERROR: syncguard: --syncguard-report={where}: cannot write there {why}"])
+        x for x in res.errlines if x.startswith(
+            f"ERROR: syncguard: command line option --syncguard-report: '{where}': ")]
+    res.stderr.fnmatch_lines([f"ERROR: syncguard: command line option --syncguard-report: '{where}': "
+                              f"cannot write there {why}"])
     assert "Traceback" not in res.stderr.str() and not (pytester.path / "ran.txt").exists()
     assert sorted(p.name for p in pytester.path.iterdir() if p.name.startswith(".")) == []
 
@@ -441,7 +530,7 @@ def test_warmup_hook_runs_once_per_process(pytester, run):
     pytester.makeini("[pytest]\nsyncguard_warmup = sgwarm:CALLS\n")
     res = run("--syncguard", FAKE)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stdout.fnmatch_lines(["*syncguard: ini option syncguard_warmup: 'sgwarm:CALLS' is not "
+    res.stdout.fnmatch_lines(["*syncguard: ini option syncguard_warmup (*tox.ini): 'sgwarm:CALLS' is not "
                               "callable*"])
     res.assert_outcomes()  # stopped before the first audited test ran
 
@@ -948,8 +1037,8 @@ def test_the_ini_warm_up_is_imported_only_when_a_test_is_audited(pytester, run):
     assert run("--co").ret == pytest.ExitCode.OK
     res = run("--syncguard", FAKE)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
-    res.stdout.fnmatch_lines(["*syncguard_warmup: cannot load 'sgboom:warm' (RuntimeError: "
-                              "imported)*"])
+    res.stdout.fnmatch_lines(["*syncguard: ini option syncguard_warmup (*tox.ini): cannot load "
+                              "'sgboom:warm' (RuntimeError: imported)*"])
 
 
 def test_help_shows_even_with_a_bad_ini_value(pytester, run):
