@@ -5,6 +5,7 @@ Here one test is made to fail whenever the plugin is active, so it must reproduc
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +33,12 @@ def suite(tmp_path):
 
 
 def tool(*args):
+    """The tool in a subprocess, and the pytest runs it starts, on this checkout's syncguard: an
+    installed one (another checkout's, in development) wrote reports this one cannot read."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     proc = subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
