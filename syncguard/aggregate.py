@@ -81,6 +81,10 @@ class SiteRecord:
         if not isinstance(data.get("count"), int) or not isinstance(data.get("kind"), str):
             raise SchemaError(f"site record without an integer count and a kind: {str(data)[:80]}")
         check_fields(cls, data, "site record")
+        phases = data.get("phases") or {}
+        if phases and sum(phases.values()) != data["count"]:  # each sync has one phase
+            raise SchemaError(f"site record: phases add up to {sum(phases.values())}, not its "
+                              f"count {data['count']}")
         kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**kwargs)
 

@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import timing
+from . import schema, timing
 from .schema import SCHEMA_VERSION, SchemaError, check_schema
 from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, Run, audited_count, summary
 
@@ -173,6 +173,21 @@ def _budget_ok(budget: Any) -> bool:
         for k, v in budget.items())
 
 
+def _check_most(e: Any, nodeid: str, label: str) -> None:
+    """SchemaError naming a count past :data:`~syncguard.schema.MAX_SYNCS` (why a maximum:
+    there): an entry is one report's case, and a report holds no more. Other shapes are left to
+    the checks after it."""
+    if not isinstance(e, dict):
+        return
+    counts = [(f, e.get(f)) for f in ("syncs", "allowed")]
+    counts += [(f"{f}[{k!r}]", v) for f in ("budget", "sync_sites")
+               if isinstance(e.get(f), dict) for k, v in e[f].items()]
+    for where, n in counts:
+        if isinstance(n, int) and n > schema.MAX_SYNCS:
+            raise SchemaError(f"entry for {nodeid!r} in run {label!r}: {where} is {n}, more than "
+                              f"the {schema.MAX_SYNCS} syncs a report holds")
+
+
 def check(data: Any) -> dict[str, Any]:
     """Validate a loaded baseline; raises SchemaError with the bad value named."""
     if isinstance(data, dict) and data.get("kind") == "syncguard-session":
@@ -194,6 +209,7 @@ def check(data: Any) -> dict[str, Any]:
         if not isinstance(cases, dict):
             raise SchemaError(f"run {label!r} is not an object")
         for nodeid, e in cases.items():
+            _check_most(e, nodeid, label)
             if (not isinstance(e, dict) or e.get("state") not in STATES
                     or not _count_ok(e.get("syncs")) or not _count_ok(e.get("allowed", 0))
                     or not _names_ok(e.get("kinds")) or not _names_ok(e.get("allowed_kinds", []))):

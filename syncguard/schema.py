@@ -21,6 +21,25 @@ class SchemaError(ValueError):
     """A JSON document is not one syncguard can read."""
 
 
+#: The most syncs one session report holds: its site records' ``count``, every test's syncs,
+#: allowed syncs and syncs outside the scope together (a baseline entry, one report's case, no
+#: more). A document claiming more is refused in one line (sessionfile.load_document,
+#: baseline.check).
+#:
+#: Why a maximum: a count is work for every tool that reads it. The matrix keeps one phrase per
+#: sync (the gate counts syncs, ``--format json`` lists each one), so a report claiming about
+#: 10**9 syncs at one site, accepted because a count only had to fit an int64, exhausted memory
+#: instead of being an error. At this maximum, measured: a table in 0.2 GB, ``--format json``
+#: in 2 GB writing 0.5 GB.
+#:
+#: Why ten million: no run syncguard records comes near it. Each sync is a host<->device
+#: round trip, and recording one costs the audited process more (its detector callback, its
+#: stack walk and its aggregation: 13 µs a sync with the cheapest detector, ``fake``, measured),
+#: so ten million is minutes of a session doing nothing but sync; the largest report committed
+#: here holds 1,159 syncs in all. A report claiming more is damaged, or not syncguard's.
+MAX_SYNCS = 10_000_000
+
+
 def parse_json(text: str, where: str) -> Any:
     """``json.loads`` with the one message syncguard gives for text that is not JSON.
 

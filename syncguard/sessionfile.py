@@ -51,6 +51,8 @@ it (never failing). A record's ``stack`` is a list of indexes into ``frames``, t
 table of distinct frames, so that the many tests sharing pytest's outer frames store them once;
 only the first ``max_stacks`` records of a document keep a stack. ``events`` is empty unless
 ``--syncguard-keep-events``: then every sync event of the test, as observed, stacks inline.
+A record's ``phases`` add up to its ``count``; the counts of a whole document add up to at most
+:data:`syncguard.schema.MAX_SYNCS` (ten million), and a document claiming more is refused.
 """
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from . import schema
 from .aggregate import SiteRecord, aggregate, total
 from .events import RaceEvent, SyncEvent
 from .schema import SchemaError, check_fields, check_schema, check_types, parse_json
@@ -480,10 +483,26 @@ def load_document(path: str | os.PathLike) -> dict[str, Any]:
                         isinstance(t, dict) and t.get("audit") in AUDITED_STATES
                         else TestEntry.from_dict(t)
                         for t in doc["tests"]]
+        _check_total(doc["tests"])
         doc["schema_version"], doc["frames"] = SESSION_SCHEMA_VERSION, []
     except SchemaError as e:
         raise SchemaError(f"{path}: {e}") from None
     return doc
+
+
+def _check_total(tests: list[TestEntry]) -> None:
+    """SchemaError naming the record whose count takes the report past
+    :data:`~syncguard.schema.MAX_SYNCS` (why a maximum: there). Counts are only added here,
+    never expanded; a record's phases add up to its count (SiteRecord.from_dict), so nothing a
+    reader expands is bigger than the counts checked."""
+    most, held = schema.MAX_SYNCS, 0
+    for t in tests:
+        for key in ("syncs", "allowed", "outside"):
+            for i, rec in enumerate(getattr(t, key)):
+                held += rec.count
+                if held > most:
+                    raise SchemaError(f"{t.nodeid}: {key}[{i}]: count {rec.count} takes the "
+                                      f"report to more than the {most} syncs a report holds")
 
 
 _TEXT_FIELDS = ("torch", "torch_git", "cuda_runtime", "driver", "gpu", "device", "python",

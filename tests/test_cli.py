@@ -835,3 +835,97 @@ def test_standard_output_that_cannot_be_written_is_exit_2_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "syncguard: error: cannot write to standard output (No space left on device)"]
+
+
+# -- counts a report cannot truthfully hold --------------------------------------------------
+# Found by a reviewer: a report claiming about 10**9 syncs at one site was accepted, and the matrix
+# (one phrase per sync: the gate counts syncs, --format json lists them) exhausted memory. Each
+# case runs in a subprocess whose address space is capped, so that the code before the fix fails
+# the test with a MemoryError instead of taking the machine's memory.
+
+BILLION = 10**9  # far past any suite: the largest committed report holds 1159 syncs in all
+SIX_MILLION = 6 * 10**6
+
+
+def _two_records(d: dict) -> None:
+    """Two records of six million syncs each: each alone is a plausible count, the report's
+    total (twelve million) is past the most a report holds."""
+    rec = _first(d, "syncs")
+    rec.update(count=SIX_MILLION, phases={"run": SIX_MILLION})
+    d["tests"][0]["syncs"].append(dict(rec, lineno=(rec["lineno"] or 0) + 1))
+
+
+HUGE_CASES = [
+    (lambda d: _first(d, "syncs").update(count=BILLION, phases={"run": BILLION}),
+     f"syncs[0]: count {BILLION} "),
+    (lambda d: _first(d, "syncs").update(count=BILLION, phases={}), f"syncs[0]: count {BILLION} "),
+    (lambda d: _first(d, "allowed").update(count=BILLION, phases={"run": BILLION}),
+     f"allowed[0]: count {BILLION} "),
+    (lambda d: _first(d, "syncs").update(count=1, phases={"run": BILLION}),
+     f"phases add up to {BILLION}, not its count 1"),
+    (_two_records, f"syncs[1]: count {SIX_MILLION} "),
+]
+
+
+def _report_in_a_small_address_space(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    import resource
+
+    def cap():  # 1.5 GiB: ample for these fixtures, far short of a billion phrases
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+    return subprocess.run([sys.executable, "-m", "syncguard", *argv], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, preexec_fn=cap,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.parametrize("change, message", HUGE_CASES)
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_report_claiming_more_syncs_than_a_report_holds_is_one_line(tmp_path, change, message,
+                                                                     fmt):
+    doc = json.loads(V3.read_text())
+    change(doc)
+    save(tmp_path / "bad.json", doc)
+    res = _report_in_a_small_address_space(["report", "bad.json", "--format", fmt,
+                                            "--output", "out"], tmp_path)
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert lines[0].startswith("syncguard: error: ") and "bad.json: " in lines[0], lines
+    assert message in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_report_at_the_most_it_holds_is_read_one_more_is_not(tmp_path, monkeypatch, capsys):
+    """The bound counts every record of every test (syncs, allowed, outside), all together."""
+    from syncguard import schema
+
+    doc = json.loads(V3.read_text())
+    total = sum(r["count"] for t in doc["tests"] for k in ("syncs", "allowed", "outside")
+                for r in t[k])
+    save(tmp_path / "r.json", doc)
+    monkeypatch.setattr(schema, "MAX_SYNCS", total)
+    assert cli.main(["report", str(tmp_path / "r.json"), "--format", "markdown"]) == 0
+    monkeypatch.setattr(schema, "MAX_SYNCS", total - 1)
+    assert cli.main(["report", str(tmp_path / "r.json"), "--format", "markdown"]) == 2
+    assert f"more than the {total - 1} syncs a report holds" in error_line(capsys)
+
+
+@pytest.mark.parametrize("field", ["syncs", "allowed", "budget", "sync_sites"])
+def test_a_baseline_claiming_more_syncs_than_a_report_holds_is_one_line(reports, tmp_path,
+                                                                       capsys, field):
+    """A baseline entry is one report's case: it cannot hold more than a report does."""
+    base = tmp_path / "baseline.json"
+    assert cli.main(["report", str(reports / "cuda-torch-2.8.0.json"), "--baseline", str(base),
+                     "--update-baseline", "--format", "json"]) == 0
+    data = load(base)
+    (run,) = data["runs"].values()
+    e = run[NOSYNC]
+    if field in ("syncs", "allowed"):
+        e[field] = BILLION
+    else:
+        e[field] = {"cudaStreamSynchronize in f (x.py)": BILLION}
+    save(base, data)
+    capsys.readouterr()
+    assert cli.main(["report", str(reports / "cuda-torch-2.8.0.json"), "--baseline", str(base),
+                     "--fail-on", "regression", "--format", "json"]) == 2
+    line = error_line(capsys)
+    assert "baseline.json: " in line and NOSYNC in line and f"{field}" in line and (
+        str(BILLION) in line), line

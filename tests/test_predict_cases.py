@@ -164,3 +164,22 @@ def test_cpu_ci_fails_when_a_merge_variant_is_made_to_sync(mutant, tmp_path,
     assert f"merge.py:{line}" in out.stdout and "blocking_copy_d2h" in out.stdout, \
         out.stdout[-3000:]
     assert "seen by predict" in out.stdout
+
+
+def test_a_session_report_claiming_a_billion_syncs_is_refused_before_it_is_expanded(tmp_path):
+    """calibrate_cases lists one measured sync per count: a report claiming 10**9 at one site
+    had it build a list of a billion pairs; now it is read as any report is, and refused."""
+    import json
+
+    from syncguard.schema import SchemaError
+
+    with open(_session_report("2.11.0"), encoding="utf-8") as f:
+        doc = json.load(f)
+    rec = next(r for t in doc["tests"] if "test_declared_sync[" in t["nodeid"]
+               for r in t["allowed"] if (r.get("reason") or "").startswith("declared:")
+               and (r.get("filename") or "").endswith("merge.py"))
+    rec.update(count=10**9, phases={"run": 10**9})
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(SchemaError, match=r"bad\.json: .*count 1000000000 takes the report to"):
+        calibrate_cases(str(bad), ROOT, "2.11.0")

@@ -206,6 +206,9 @@ def calibrate_cases(session_json: str, root: str, target: str,
 
     from . import predicting
 
+    from ..sessionfile import load_document
+
+    load_document(session_json)  # checked as any report is: its counts, expanded below, bounded
     with open(session_json, encoding="utf-8") as f:
         data = json.load(f)
     cal = Calibration("cases/merge.py variants", target, os.path.relpath(session_json, root))
