@@ -81,6 +81,14 @@ class _SharedState:
         raise NotImplementedError
 
 
+def _filters_mutated() -> None:
+    """Tell the warnings module its filter list changed (it caches what a filter decided)."""
+    mutated = getattr(warnings, "_filters_mutated", None) or getattr(
+        warnings, "_filters_mutated_lock_held", None)
+    if mutated:
+        mutated()
+
+
 class DebugHub(_SharedState):
     """Arms torch's sync-debug mode at "warn" for as long as any region needs it.
 
@@ -103,7 +111,13 @@ class DebugHub(_SharedState):
         before = list(warnings.filters)
         warnings.filterwarnings("ignore", message=re.escape(PROTOTYPE_WARNING))
         warnings.filterwarnings("always", message=re.escape(SYNC_WARNING), category=UserWarning)
-        ours = [f for f in warnings.filters if f not in before]
+        # Each went first, and filterwarnings took an identical filter of the user's out of its
+        # place to put it there: the first two are the hub's, and the user's list goes back
+        # behind them as it was (in place: the same list), so that taking the hub's two off
+        # the front in _restore leaves it exactly as it was.
+        ours = warnings.filters[:2]
+        warnings.filters[:] = ours + before
+        _filters_mutated()
         self._saved = {"mode": mode, "filters": ours,
                        "show": warnings._showwarnmsg}  # type: ignore[attr-defined]
         warnings._showwarnmsg = self._show  # type: ignore[attr-defined]
@@ -120,13 +134,10 @@ class DebugHub(_SharedState):
         finally:
             if warnings._showwarnmsg == self._show:  # type: ignore[attr-defined]
                 warnings._showwarnmsg = saved["show"]  # type: ignore[attr-defined]
-            for f in saved["filters"]:
+            for f in saved["filters"]:  # the first of equal filters: the hub's, in front
                 if f in warnings.filters:
                     warnings.filters.remove(f)
-            mutated = getattr(warnings, "_filters_mutated", None) or getattr(
-                warnings, "_filters_mutated_lock_held", None)
-            if mutated:
-                mutated()
+            _filters_mutated()
             self.sink = None
 
     def _show(self, msg) -> None:

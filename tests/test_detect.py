@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import threading
 import time
 import sys
@@ -149,6 +150,30 @@ def test_debug_hub_catches_the_warning_under_W_error_and_restores(fake_mode):
     assert len(seen) == 2 and seen[0].site.function == "_emit"
     assert log == []  # nothing leaked into pytest's record
     assert (warnings._showwarnmsg, list(warnings.filters)) == before
+
+
+@pytest.mark.parametrize("mine", [
+    [("always", "called a synchronizing CUDA operation", UserWarning)],
+    [("ignore", "Synchronization debug mode is a prototype feature", Warning)],
+    [("always", "called a synchronizing CUDA operation", UserWarning),
+     ("ignore", "Synchronization debug mode is a prototype feature", Warning)],
+])
+def test_a_users_filter_like_the_hubs_own_stays_where_it_was(fake_mode, mine):
+    """Found by a reviewer: a user's filter identical to one the hub adds for a region was taken
+    out of its place by warnings.filterwarnings (which moves an identical filter to the front),
+    not counted as the hub's, and so left at the front of warnings.filters after the region."""
+    hub = detect.DebugHub()
+    with warnings.catch_warnings():
+        for action, message, category in mine:  # the user's (the literal text, escaped)
+            warnings.filterwarnings(action, message=re.escape(message), category=category)
+        warnings.simplefilter("default", DeprecationWarning)  # and one in front of them
+        filters = warnings.filters
+        before = list(filters)
+        for _ in range(2):  # every region, not only the first
+            hub.arm(lambda o: True)
+            _emit()
+            hub.disarm()
+            assert warnings.filters is filters and warnings.filters == before
 
 
 def test_debug_hub_passes_other_warnings_through(fake_mode):
