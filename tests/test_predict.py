@@ -15,6 +15,8 @@ from syncguard.predict import CudaStandIn, predicting
 from syncguard.predict.derive import measured_kinds
 from syncguard.predict.rules import RuleTable, load_rules
 
+from overlap import overlapping
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -263,36 +265,8 @@ def test_overlapping_blocks_on_two_threads_keep_module_cuda_working_and_restore_
     while thread B's was open, B's Module.cuda() left the weights on the CPU, and after both
     closed the flag stayed True. Events force A open, B open, A close, B uses, B close."""
     before = torch.__future__.get_overwrite_module_params_on_conversion()
-    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
-    seen, errors = {}, []
-
-    def a():
-        try:
-            with predicting():
-                a_open.set()
-                assert b_open.wait(10)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-        finally:
-            a_closed.set()
-
-    def b():
-        try:
-            assert a_open.wait(10)
-            with predicting():
-                b_open.set()
-                assert a_closed.wait(10)
-                seen["device"] = torch.nn.Linear(2, 2).cuda().weight.device
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=a), threading.Thread(target=b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
-    assert seen["device"].type == "cuda"
+    device = overlapping(predicting, lambda: torch.nn.Linear(2, 2).cuda().weight.device)
+    assert device.type == "cuda"
     assert torch.__future__.get_overwrite_module_params_on_conversion() == before
 
 

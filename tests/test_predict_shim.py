@@ -14,12 +14,12 @@ predictor's own table. What a CPU build cannot model must be "not predicted", ne
 from __future__ import annotations
 
 import os
-import threading
 import types
 
 import pytest
 import torch
 
+from overlap import overlapping
 from syncguard.predict import CudaStandIn, predicting
 from syncguard.predict.derive import measured_kinds
 from syncguard.predict.tensors import unwrap
@@ -86,37 +86,8 @@ def test_every_patched_module_is_restored_exactly_after_nested_blocks_and_an_exc
 
 def test_overlapping_blocks_on_two_threads_keep_torch_accelerator_until_the_last_closes():
     """A open, B open, A close, B asks, B close: the shim is shared and reference-counted."""
-    a_open, b_open, a_closed = threading.Event(), threading.Event(), threading.Event()
-    seen, errors = {}, []
     original = torch.accelerator.is_available
-
-    def a():
-        try:
-            with predicting():
-                a_open.set()
-                assert b_open.wait(10)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-        finally:
-            a_closed.set()
-
-    def b():
-        try:
-            assert a_open.wait(10)
-            with predicting():
-                b_open.set()
-                assert a_closed.wait(10)
-                seen["available"] = torch.accelerator.is_available()
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=a), threading.Thread(target=b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
-    assert seen["available"] is True
+    assert overlapping(predicting, lambda: torch.accelerator.is_available()) is True
     assert torch.accelerator.is_available is original
 
 
