@@ -342,14 +342,11 @@ def test_a_committed_run_whose_detectors_fell_back_fails_the_gate(tmp_path, caps
             "(detectors cuda -> debug,trace)") in capsys.readouterr().out.splitlines()
 
 
-def _with_test_detectors(doc: dict) -> dict:
-    """A committed report (session schema 3) as schema 4 has it: each audited test names the
-    detectors that judged it; there, cuda, and for the tests marked to, debug,trace,profile."""
+def _without_test_detectors(doc: dict) -> dict:
+    """A committed report (session schema 4) as schema 3 wrote it: no test names its detectors."""
     for t in doc["tests"]:
-        if t["audit"] in ("clean", "syncs", "allowed"):
-            assert t.get("detector_reason") in (None, "debug,trace,profile (as asked)")
-            t["detectors"] = ["debug", "trace", "profile"] if "detector_reason" in t else ["cuda"]
-    doc["schema_version"] = 4
+        t.pop("detectors", None)
+    doc["schema_version"] = 3
     return doc
 
 
@@ -357,12 +354,16 @@ def test_a_committed_test_whose_detectors_fell_back_alone_fails_the_gate(tmp_pat
     """Why: one test's region fell back to debug,trace while the rest of the run kept cuda; the
     run's provenance still said cuda, so the test's clean result passed as no regression."""
     committed = ROOT / "reports" / "cuda-torch-2.11.0.json"
-    doc = _with_test_detectors(load(committed))
+    doc = load(committed)
+    judged = [t for t in doc["tests"] if t["audit"] in ("clean", "syncs", "allowed")]
+    # the GPU run names each judged test's detectors: cuda, or what a test's marker asked for
+    assert judged and all(t.get("detectors") in (["cuda"], ["debug", "trace", "profile"])
+                          for t in judged)
     report, base = save(tmp_path / "cuda-torch-2.11.0.json", doc), tmp_path / "baseline.json"
     gate = ["--baseline", str(base), "--fail-on", "regression", "--format", "markdown"]
     assert cli.main(["report", str(report), "--baseline", str(base), "--update-baseline",
                      "--format", "json"]) == 0
-    t = next(t for t in doc["tests"] if t["audit"] == "allowed" and "detector_reason" not in t)
+    t = next(t for t in judged if t["audit"] == "allowed" and t["detectors"] == ["cuda"])
     t.update(audit="clean", allowed=[], detectors=["debug", "trace"],  # what it did not see
              detector_reason="debug,trace: cuda detector not used (CUPTI held elsewhere)")
     save(report, doc)
@@ -372,9 +373,11 @@ def test_a_committed_test_whose_detectors_fell_back_alone_fails_the_gate(tmp_pat
                and x.startswith("- ")]
     assert line.startswith(f"- {t['nodeid']} on torch 2.11.0+cu130 · NVIDIA H200: allowed ")
     assert line.endswith(" -> clean (detectors cuda -> debug,trace)")
-    # the committed report predates per-test detectors: it passes, and the output says what
-    # the gate could not compare
-    assert cli.main(["report", str(committed), *gate]) == 0
+    # a report written before per-test detectors passes, and the output says what the gate could
+    # not compare
+    (tmp_path / "old").mkdir()
+    old = save(tmp_path / "old" / "cuda-torch-2.11.0.json", _without_test_detectors(load(committed)))
+    assert cli.main(["report", str(old), *gate]) == 0
     assert ("- report(s) without per-test detectors (written before session schema 4): which "
             "detectors judged each test not compared for torch 2.11.0+cu130 · NVIDIA H200"
             ) in capsys.readouterr().out

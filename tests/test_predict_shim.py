@@ -2,13 +2,14 @@
 and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
 seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
 
-Expected answers are what torch says on a real one-GPU machine (an H200, torch 2.11.0+cu130,
-read on the device machine for this file: ``torch.accelerator`` reports
+Expected answers are what torch says on a real one-GPU machine (an H200 with torch 2.8.0, 2.11.0
+and 2.14.1, all alike: ``reports/gpu/<v>/device-apis-<v>.log``, tools/probe_device_apis.py):
+``torch.accelerator`` reports
 ``(True, device('cuda'), device('cuda'), 1, 0)`` for is_available, current_accelerator,
 current_accelerator(check_available=True), device_count, current_device_index; ``cuda:1``
 raises ``torch.AcceleratorError`` "CUDA error: invalid device ordinal"; the device queries raise
 ``AssertionError("Invalid device id")``; ``current_stream(1)`` raises "Device index value 1 is
-out of index range [0, 1)"), or the measured kinds of the committed H200 corpus runs, never the
+out of index range [0, 1)"; or the measured kinds of the committed H200 corpus runs, never the
 predictor's own table. What a CPU build cannot model must be "not predicted", never clean.
 """
 from __future__ import annotations
