@@ -1,4 +1,5 @@
-"""Compare two syncguard session reports: outcome, audit state, sync sites and counts per test.
+"""Compare two syncguard session reports: outcome, audit state, the detectors that judged it,
+sync sites and counts per test.
 
 Usage: python samples/compare_reports.py A.json B.json   (exit 0 when equal, 1 when not)
 Durations, workers, devices, timestamps and examples counts are ignored on purpose: a serial and a
@@ -20,12 +21,15 @@ def _sites(records):
                    for r in records})
 
 
-KEYS = ("outcome", "audit", "syncs", "allowed", "outside")
+KEYS = ("outcome", "audit", "detectors", "syncs", "allowed", "outside")
 
 
 def digest(doc):
     """Per nodeid what must agree; ``doc`` as load_document returns it (tests are TestEntry)."""
-    return {t.nodeid: {"outcome": t.outcome, "audit": t.audit, "syncs": _sites(t.syncs),
+    # detectors: a worker whose region fell back (debug,trace) sees fewer syncs than cuda would
+    return {t.nodeid: {"outcome": t.outcome, "audit": t.audit,
+                       "detectors": sorted(t.detectors) if t.detectors is not None else None,
+                       "syncs": _sites(t.syncs),
                        "allowed": _sites(t.allowed), "outside": _sites(t.outside)}
             for t in doc["tests"]}
 
@@ -50,7 +54,7 @@ def main(argv: list[str]) -> int:
     for name, doc in zip("AB", (a, b)):
         print(f"{name}: {argv['AB'.index(name)]}: complete={doc['complete']} {doc['summary']}")
     print("\n".join(diffs) if diffs else f"EQUAL: {len(a['tests'])} tests agree on outcome, audit "
-          "state and sync sites")
+          "state, detectors and sync sites")
     return 1 if diffs else 0
 
 

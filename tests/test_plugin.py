@@ -658,6 +658,11 @@ def test_xdist_merges_workers_into_one_report(pytester, run):
     compare = _compare_reports()
     assert compare(_typed(serial), _typed(n2)) == [] and _extras(serial) == _extras(n2)
     assert len(n2["tests"]) == 11
+    judged = next(i for i, t in enumerate(n2["tests"]) if t.get("detectors"))
+    fell_back = {**n2, "tests": [dict(t) for t in n2["tests"]]}
+    fell_back["tests"][judged]["detectors"] = ["debug", "trace"]  # one worker's region fell back
+    assert [d.split(": ", 1)[1].split(":")[0] for d in compare(_typed(serial), _typed(fell_back))
+            ] == ["detectors differs"]
     n2["tests"][0]["syncs"].append({"kind": "device_sync", "api": "x", "filename": "f.py", "lineno": 1})
     assert compare(_typed(serial), _typed(n2)) != []  # the comparison can fail
     assert {t["worker"] for t in n2["tests"]} == {"gw0", "gw1"}
