@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # One device lease, several torch versions side by side: the GPU suite runs in the background
 # (setsid, so it outlives the call that started it) while later calls carry the next torch in.
-# Each GPU runs one job at a time: a job started while its GPU is busy waits its turn (flock on
-# /tmp/gpuN.lock), so a version can be queued the moment its carry is assembled.
+# Each queue runs one job at a time: a job started while its queue is busy waits its turn (flock
+# on /tmp/gpuN.lock), so a version can be queued the moment its carry is assembled. A GPU is one
+# queue ("0"), or several lanes of it ("0", "0b": one device, jobs side by side).
 # Run on the GPU machine through the device tool, from the repository root:
 #
 #   start SHA [WHAT]   copy the tree to /tmp/tree, install it (editable), queue the image's
 #                      torch on GPU 0: tools/gpu_suite.sh WHAT (default matrix) -> /tmp/r/base/
 #   extras GPU         queue the image's torch's extras (mutation experiment first) on GPU
 #                      -> /tmp/r/extras/
+#   poison GPU         queue the image's torch's poison samples on GPU -> /tmp/r/poison/
 #   realsuite GPU DIR ARGS
 #                      queue tools/real_suite.py over another project's tree DIR (carried, with
 #                      its wheels under .devtree/) on GPU -> /tmp/r/realsuite/
@@ -29,8 +31,10 @@
 set -u
 cmd=${1:?command}; shift
 R=/tmp/r
-queue() {  # GPU NAME COMMAND: run COMMAND on GPU after that GPU's earlier jobs; NAME.done after
-  export SYNCGUARD_GIT_COMMIT=$(cat $R/sha) SYNCGUARD_SKIP_INSTALL=1 CUDA_VISIBLE_DEVICES=$1
+queue() {  # GPU NAME COMMAND: run COMMAND on GPU after that GPU's earlier jobs; NAME.done after.
+  # GPU may carry a lane letter ("0b"): the same device, its own queue, so correctness steps of
+  # two versions share one GPU side by side (timings never: "overhead" runs alone on the host)
+  export SYNCGUARD_GIT_COMMIT=$(cat $R/sha) SYNCGUARD_SKIP_INSTALL=1 CUDA_VISIBLE_DEVICES=${1%%[a-z]*}
   setsid nohup flock /tmp/gpu$1.lock bash -c "$3; touch $R/$2.done" > $R/bg-$2.log 2>&1 < /dev/null &
   echo "queued $2 on GPU $1"
 }
@@ -53,6 +57,10 @@ suite)
 extras)
   cd /tmp/tree
   queue "$1" extras "tools/gpu_suite.sh /tmp/r/extras extras"
+  ;;
+poison)
+  cd /tmp/tree
+  queue "$1" poison "tools/gpu_suite.sh /tmp/r/poison poison"
   ;;
 realsuite)
   G=$1; DIR=$2; shift 2

@@ -41,6 +41,10 @@ CALLS = [
     ("memory_summary", "c.memory_summary()[:80]"), ("accelerator.current_stream", "A.current_stream()"),
     ("device_of(x)", "c.device_of(x).__enter__()"), ("device(0)", "c.device(0).__enter__()"),
     ("accelerator.device_index(1)", "A.device_index(1).__enter__()"),
+    ("accelerator.get_device_capability()", "A.get_device_capability()"),
+    ("accelerator.get_device_capability(1)", "A.get_device_capability(1)"),
+    ("save/load of a CUDA tensor", "(lambda b: (torch.save(x, b), b.seek(0), "
+                                   "torch.load(b).device)[2])(__import__('io').BytesIO())"),
 ]
 
 
