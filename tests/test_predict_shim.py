@@ -15,6 +15,7 @@ predictor's own table. What a CPU build cannot model must be "not predicted", ne
 from __future__ import annotations
 
 import os
+import threading
 import types
 
 import pytest
@@ -339,3 +340,90 @@ def test_type_of_a_standin_names_the_cuda_tensor_type():
         assert x.type(torch.float32) is x
         h = x.type("torch.FloatTensor")
         assert not isinstance(h, CudaStandIn) and h.device.type == "cpu"
+
+
+# ---------------------------------------------------------------------------------------------
+# A thread that is not inside the block sees torch as it is
+
+#: what a CPU build of torch answers with no syncguard at all (torch 2.13.0+cpu, run by hand):
+#: a value, or the exception's type and the start of its message
+WITHOUT_SYNCGUARD = {
+    "torch.cuda.is_available()": False,
+    "torch.cuda.device_count()": 0,
+    "torch.accelerator.is_available()": False,
+    "torch.accelerator.device_count()": 0,
+    "torch.accelerator.current_accelerator()": None,
+    'torch.ones(2, device="cuda")': ("AssertionError", "Torch not compiled with CUDA enabled"),
+    "torch.cuda.synchronize()": ("AssertionError", "Torch not compiled with CUDA enabled"),
+    "torch.cuda.current_stream()": ("AssertionError", "Torch not compiled with CUDA enabled"),
+    "torch.cuda.get_device_capability()": ("AssertionError",
+                                           "Torch not compiled with CUDA enabled"),
+    "torch.cuda.Stream()": ("RuntimeError", "torch.cuda.Stream requires CUDA support"),
+    "torch.cuda.Event()": ("RuntimeError", "Tried to instantiate dummy base class Event"),
+    "torch.cuda.CUDAGraph()": ("RuntimeError", "Tried to instantiate dummy base class CUDAGraph"),
+    'torch.Generator(device="cuda")': ("RuntimeError", "Cannot get CUDA generator"),
+    'torch.cuda.nvtx.range_push("x")': ("RuntimeError", "NVTX functions not installed"),
+}
+
+
+def _answers(exprs) -> dict:
+    """Each expression's value, or its exception as (type name, message cut to the length of
+    the expected message, whose start is what the table pins)."""
+    out = {}
+    for expr in exprs:
+        try:
+            out[expr] = eval(expr)
+        except Exception as e:  # noqa: BLE001 - the answer is the exception
+            expected = WITHOUT_SYNCGUARD[expr]
+            cut = len(expected[1]) if isinstance(expected, tuple) else None
+            out[expr] = (type(e).__name__, str(e)[:cut])
+    return out
+
+
+def _on_a_thread(fn):
+    seen, errors = [], []
+
+    def run():
+        try:
+            seen.append(fn())
+        except BaseException as e:  # pragma: no cover - raised below
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    if errors:
+        raise errors[0]
+    return seen[0]
+
+
+@pytest.mark.skipif(not CPU_BUILD, reason="the expected answers are a CPU build's")
+def test_a_plain_thread_started_inside_a_block_sees_torch_as_without_syncguard():
+    """Found by a reviewer: with a block open (as ``--syncguard-predict`` keeps one for the
+    whole session), a user's own ``threading.Thread`` saw ``torch.cuda.is_available()`` true and
+    then crashed on its first CUDA factory. It is not inside the block (no prediction runs
+    there), so it gets torch's own answers, while the block's thread keeps the stand-ins."""
+    assert _answers(WITHOUT_SYNCGUARD) == WITHOUT_SYNCGUARD  # the table is this torch's
+    with predicting() as p:
+        got = _on_a_thread(lambda: _answers(WITHOUT_SYNCGUARD))
+        assert torch.cuda.is_available() and torch.accelerator.is_available()
+        assert torch.ones(2, device="cuda").is_cuda
+        assert isinstance(torch.cuda.Stream(), torch.cuda.Stream)
+    assert got == WITHOUT_SYNCGUARD
+    assert p.clean, p.format()
+
+
+@pytest.mark.skipif(not CPU_BUILD, reason="the expected answers are a CPU build's")
+def test_a_thread_sees_stand_ins_only_while_it_has_a_block_of_its_own_open():
+    """A thread is inside when it opened a block itself (blocks are per thread; a thread
+    started inside another's block does not inherit it)."""
+    def own_block():
+        before = torch.cuda.is_available()
+        with predicting():
+            inside = torch.cuda.is_available(), torch.ones(1, device="cuda").is_cuda
+        return before, inside, torch.cuda.is_available()
+
+    with predicting():
+        assert _on_a_thread(own_block) == (False, (True, True), False)
+        assert torch.cuda.is_available()
+

@@ -11,6 +11,9 @@ Beside ``torch.cuda``, the shim answers for what asks the same question elsewher
 submodules look up in themselves (``torch.cuda.memory``, ``torch.cuda.nvtx``), the DataLoader's
 pin-memory thread, and ``torch.compile``'s CUDA-graph modes. What a CPU build cannot run as on a
 GPU (CUDA graphs, ``mem_get_info``) runs as best it can and is reported "not predicted".
+
+The names are swapped process-wide, but each swapped name answers per thread (``_inside``): a
+thread that is not inside a block gets torch's own function, as if syncguard were absent.
 """
 from __future__ import annotations
 
@@ -25,11 +28,39 @@ from typing import Any
 
 import torch
 
-from .engine import DEVICE_COUNT, active, check_ordinal
+from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .tensors import FREES
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY"]
+
+
+#: idents of the threads running a DataLoader's pin loop started while the shim is installed
+_pin_threads: set[int] = set()
+
+
+def _inside() -> bool:
+    """Whether the calling thread is inside a prediction block, and so gets the stand-ins.
+
+    Inside means: this thread has a ``predicting()`` block open (the engine's per-thread stack
+    of predictors, ``engine._active``), or it runs the pin loop of a DataLoader (``_pinning``).
+    The rule follows thread identity, not a contextvar, because what makes a CUDA factory work
+    inside a block is the block's torch modes, and torch keeps its mode stacks per thread: a
+    thread started inside a block (``threading.Thread``, a pool's worker, also one that runs in
+    a ``contextvars.copy_context()``) has no modes, so if it saw ``torch.cuda.is_available()``
+    true, its first ``torch.ones(2, device="cuda")`` would crash. It gets torch's own answers
+    instead, exactly as without syncguard, and is not predicted; to be predicted it opens a
+    block of its own. A stand-in handed to it still runs, reported "not predicted"
+    (``engine.dispatch_unobserved``).
+
+    The pin loop is the block's own work: on a CPU build only a loader made inside a block
+    starts one (outside, ``torch.accelerator`` says there is no accelerator and the loader does
+    not pin). On a CUDA build a loader made outside while another thread's block is open also
+    pins the block's way (a copy marked pinned, not page-locked memory); left as it is.
+
+    Two set/dict look-ups by thread ident: the swapped names are on hot paths."""
+    ident = threading.get_ident()
+    return ident in _active or ident in _pin_threads
 
 
 def _decide(op: str, facts: dict | None = None) -> None:
@@ -426,7 +457,7 @@ def _compile(original: Any) -> Any:
     @functools.wraps(original)
     def compile(model: Any = None, **kwargs: Any) -> Any:
         out = original(model, **kwargs)
-        if not _uses_cuda_graphs(kwargs.get("backend"), kwargs.get("mode"),
+        if not _inside() or not _uses_cuda_graphs(kwargs.get("backend"), kwargs.get("mode"),
                                  kwargs.get("options")):
             return out
         what = (f"torch.compile(mode={kwargs['mode']!r})" if kwargs.get("mode")
@@ -570,26 +601,34 @@ ACCELERATOR_SHIMMED: dict[str, Any] = {
 
 def _pinning(original: Any) -> Any:
     """The DataLoader's pin-memory thread (started by a loader made while the shim is
-    installed): pinned as inside a block, where a CPU build cannot pin at all."""
+    installed): pinned as inside a block, where a CPU build cannot pin at all, and inside for
+    the swapped names too (the loop selects the device with ``torch.accelerator``)."""
     from .modes import PinningMode
 
     @functools.wraps(original)
     def loop(*args: Any, **kwargs: Any) -> Any:
-        with PinningMode():
-            return original(*args, **kwargs)
+        ident = threading.get_ident()
+        _pin_threads.add(ident)
+        try:
+            with PinningMode():
+                return original(*args, **kwargs)
+        finally:
+            _pin_threads.discard(ident)
 
     return loop
 
 
 def _generator_class():
-    """``torch.Generator`` that gives a CPU generator for ``device="cuda"``; instances stay real
-    ``torch.Generator`` objects and ``isinstance`` keeps working."""
+    """``torch.Generator`` that gives a CPU generator for ``device="cuda"`` inside a block;
+    instances stay real ``torch.Generator`` objects and ``isinstance`` keeps working."""
     import torch
 
     orig = torch._C.Generator
 
     class _Meta(type(orig)):
         def __call__(cls, device: Any = "cpu"):
+            if not _inside():
+                return orig(device)
             kind = getattr(device, "type", device)
             is_cuda = isinstance(kind, int) or str(kind).startswith("cuda")
             return orig("cpu") if is_cuda else orig(device)
@@ -623,18 +662,81 @@ def _grouping(original):
     return group
 
 
+def _per_thread_function(stand_in: Any, original: Any) -> Any:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if _inside():
+            return stand_in(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return call
+
+
+def _per_thread_class(stand_in: type, original: type) -> type:
+    """A subclass of ``stand_in`` whose calls make a stand-in inside a block and torch's own
+    object outside; ``isinstance``/``issubclass`` hold for both (code outside may be handed a
+    stand-in stream, and code inside checks ``isinstance(g, torch.cuda.CUDAGraph)``). A user's
+    subclass of it is left to the usual rules."""
+
+    class PerThread(type(stand_in)):
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            if cls is not swapped:
+                return super().__call__(*args, **kwargs)
+            return (stand_in if _inside() else original)(*args, **kwargs)
+
+        def __instancecheck__(cls, obj: Any) -> bool:
+            if cls is not swapped:
+                return super().__instancecheck__(obj)
+            return isinstance(obj, stand_in) or isinstance(obj, original)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            if cls is not swapped:
+                return super().__subclasscheck__(sub)
+            return issubclass(sub, stand_in) or issubclass(sub, original)
+
+    swapped = PerThread(stand_in.__name__, (stand_in,),
+                        {"__module__": stand_in.__module__, "__doc__": stand_in.__doc__,
+                         "__qualname__": stand_in.__qualname__})
+    return swapped
+
+
+def _per_thread(stand_in: Any, original: Any) -> Any:
+    """``stand_in`` for the threads inside a block, ``original`` (torch's own) for the others
+    (see ``_inside``): a function, a class, or a namespace of functions (torch.cuda.nvtx's
+    ``_nvtx``). A name torch lacks has no answer of its own to give: the stand-in stays."""
+    if original is _MISSING:
+        return stand_in
+    if isinstance(stand_in, type):
+        return _per_thread_class(stand_in, original)
+    if callable(stand_in):
+        return _per_thread_function(stand_in, original)
+    return SimpleNamespace(**{
+        name: _per_thread(fn, getattr(original, name, _MISSING))
+        for name, fn in vars(stand_in).items()})
+
+
+def _answering_per_thread(module: Any, table: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    return module, {name: _per_thread(value, vars(module).get(name, _MISSING))
+                    for name, value in table.items()}
+
+
 def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
-    what they replace)."""
+    what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
+    on a thread of its own, inside by its own rule; ``torch.Generator`` and ``torch.compile``
+    ask ``_inside`` themselves; the grouping only relabels stand-ins, which torch's own
+    grouping cannot tell from CPU tensors, so it is the same for every thread."""
     import torch.cuda.memory
     import torch.cuda.nvtx
     import torch.utils.data._utils.pin_memory as pin
 
-    out = [(torch.cuda, SHIMMED), (torch.cuda.memory, MEMORY_SHIMMED),
-           (torch.cuda.nvtx, {"_nvtx": _NVTX})]
+    out = [_answering_per_thread(torch.cuda, SHIMMED),
+           _answering_per_thread(torch.cuda.memory, MEMORY_SHIMMED),
+           _answering_per_thread(torch.cuda.nvtx, {"_nvtx": _NVTX})]
     acc = getattr(torch, "accelerator", None)
     if acc is not None:
-        out.append((acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
+        out.append(_answering_per_thread(
+            acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
     out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
     out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile)}))
     out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
