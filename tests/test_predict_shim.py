@@ -111,6 +111,28 @@ def test_a_pinned_dataloader_batch_uploaded_non_blocking_is_predicted_as_pinned(
     assert all(g.is_cuda for g in got) and torch.equal(unwrap(got[1]), ds.tensors[0][4:])
 
 
+#: what torch.accelerator.get_device_capability raises on a GPU with this torch: CUDA's device
+#: guard (c10/cuda/impl/CUDAGuardImpl.h of torch 2.13) does not override getDeviceCapability,
+#: so c10's DeviceGuardImplInterface default answers (TORCH_CHECK false, this message)
+NO_CUDA_CAPABILITY = "Backend doesn't support getting device capabilities."
+
+
+@pytest.mark.skipif(not hasattr(torch.accelerator, "get_device_capability"),
+                    reason="this torch has no torch.accelerator.get_device_capability")
+def test_torch_accelerator_get_device_capability_answers_as_cuda_does():
+    """Found by a reviewer: torch.cuda.get_device_capability was shimmed and the accelerator's
+    was not, so inside a block (is_available() true) it raised the CPU build's "Cannot access
+    accelerator device when none is available"."""
+    with predicting() as p:
+        for device in (None, 0, "cuda", "cuda:0", torch.device("cuda", 0)):
+            with pytest.raises(RuntimeError) as e:
+                torch.accelerator.get_device_capability(device)
+            assert str(e.value) == NO_CUDA_CAPABILITY, device
+        with pytest.raises(ValueError, match="cpu doesn't match the current accelerator"):
+            torch.accelerator.get_device_capability("cpu")  # torch's own device parser
+    assert p.clean, p.format()
+
+
 def test_torch_accelerator_synchronize_and_streams_agree_with_torch_cuda():
     with predicting("2.14.1") as p:
         s = torch.cuda.Stream()

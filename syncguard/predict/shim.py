@@ -571,6 +571,18 @@ def _acc_empty_host_cache() -> None:
     _decide("torch.accelerator.empty_host_cache")  # cudaFreeHost of cached blocks: unmeasured
 
 
+def _acc_get_device_capability(device: Any = None, /) -> dict:
+    """``torch.accelerator.get_device_capability`` (a dict of supported dtypes, not
+    torch.cuda's (major, minor)). On CUDA it reaches the device guard's getDeviceCapability,
+    which CUDA's guard does not override in this torch (c10/cuda/impl/CUDAGuardImpl.h), so a GPU
+    raises c10's default error; no committed GPU run called it. The device is parsed first, by
+    torch.accelerator's own parser, as torch does (a "cpu" device raises its ValueError)."""
+    from torch.accelerator._utils import _get_device_index
+
+    _get_device_index(device, optional=True)
+    raise RuntimeError("Backend doesn't support getting device capabilities.")
+
+
 #: name in torch.accelerator -> stand-in, agreeing with the shimmed torch.cuda (only the names
 #: this torch has are swapped)
 ACCELERATOR_SHIMMED: dict[str, Any] = {
@@ -587,6 +599,7 @@ ACCELERATOR_SHIMMED: dict[str, Any] = {
     "synchronize": _acc_synchronize,
     "empty_cache": _empty_cache,
     "empty_host_cache": _acc_empty_host_cache,
+    "get_device_capability": _acc_get_device_capability,
     "get_memory_info": lambda device=None, /: _mem_get_info(device),
     "memory_stats": lambda device=None, /: _memory_stats(device),
     "memory_allocated": lambda device=None, /: _zero(device),
