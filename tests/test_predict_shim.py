@@ -449,3 +449,31 @@ def test_a_thread_sees_stand_ins_only_while_it_has_a_block_of_its_own_open():
         assert _on_a_thread(own_block) == (False, (True, True), False)
         assert torch.cuda.is_available()
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Pinning: one rule in the block and in a DataLoader's pin thread
+
+def _pinning_answers() -> tuple:
+    host = torch.arange(3.0)
+    pinned = host.pin_memory()
+    return (pinned is host, torch.equal(pinned, host), pinned.is_pinned(), host.is_pinned(),
+            pinned.pin_memory().is_pinned())
+
+
+#: what a GPU answers for (pinned is host, same values, pinned.is_pinned(), host.is_pinned(),
+#: pinning a pinned tensor gives a pinned tensor): pin_memory() copies into page-locked memory
+PINNING_ON_A_GPU = (False, True, True, False, True)
+
+
+def test_a_host_tensor_pins_alike_inside_a_block_and_on_a_loader_pin_thread():
+    from syncguard.predict.modes import PinningMode
+
+    with predicting() as p:
+        in_block = _pinning_answers()
+        with pytest.raises(RuntimeError, match="cannot pin 'torch.cuda' tensor"):
+            torch.ones(2, device="cuda").pin_memory()
+    with PinningMode():  # the pin thread's mode, outside any block
+        on_pin_thread = _pinning_answers()
+    assert in_block == on_pin_thread == PINNING_ON_A_GPU
+    assert p.clean, p.format()

@@ -31,6 +31,20 @@ def _has_tensor(args, kwargs) -> bool:
                for x in (a if isinstance(a, (list, tuple)) else (a,)))
 
 
+_PINNING = ("pin_memory", "is_pinned")
+
+
+def _pinning(method: str, tensor: torch.Tensor):
+    """``tensor.pin_memory()`` or ``tensor.is_pinned()`` for a host tensor, the one rule of a
+    block's function mode and of a DataLoader's pin thread: a CPU build cannot pin, so pinning
+    is a copy remembered as pinned (a later ``non_blocking`` upload of it is then predicted as
+    from pinned memory), and ``is_pinned()`` reads that mark (the function mode reads a
+    stand-in's the same way; pinning one raises there, as on a GPU)."""
+    if method == "pin_memory":
+        return mark_pinned(tensor.clone())
+    return is_marked_pinned(tensor)
+
+
 def _first_standin_index(args, kwargs) -> int | None:
     for a in list(args) + list(kwargs.values()):
         for x in (a if isinstance(a, (list, tuple)) else (a,)):
@@ -66,13 +80,11 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             return unwrap(args[0]).tolist()
         if method in ("numpy", "__array__") and is_standin(args[0]):
             raise TypeError(_NUMPY_ERROR.format(args[0]._sg_index))
-        if method == "pin_memory":
-            if is_standin(args[0]):
+        if method in _PINNING:
+            if method == "pin_memory" and is_standin(args[0]):
                 raise RuntimeError("cannot pin 'torch.cuda' tensor: only dense CPU tensors can "
                                    "be pinned")
-            return mark_pinned(args[0].clone())
-        if method == "is_pinned":
-            return is_marked_pinned(args[0])
+            return _pinning(method, args[0])
         if method == "record_stream":
             return None
         if method == "new_tensor" and is_standin(args[0]):
@@ -287,8 +299,6 @@ class PinningMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         method = _tensor_method(func)
-        if method == "pin_memory" and not is_standin(args[0]):
-            return mark_pinned(args[0].clone())
-        if method == "is_pinned" and not is_standin(args[0]):
-            return is_marked_pinned(args[0])
+        if method in _PINNING and not is_standin(args[0]):
+            return _pinning(method, args[0])
         return func(*args, **(kwargs or {}))
