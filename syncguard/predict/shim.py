@@ -123,6 +123,7 @@ class FakeStream:
         self.device = SimpleNamespace(type="cuda", index=_ordinal(device))
         self.priority = priority
         self.capturing = False  # inside ``with torch.cuda.graph(g, stream=this)``
+
     def synchronize(self) -> None:
         _decide("torch.cuda.Stream.synchronize")
 
