@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from . import schema, timing
+from . import provenance, schema, timing
 from .schema import SCHEMA_VERSION, SchemaError, check_schema
 from .matrix import AUDITED, STATES, UNJUDGED, Cell, Matrix, Run, audited_count, summary
 
@@ -339,6 +339,8 @@ def _judge_run(run: Run, record: dict[str, Any] | None) -> list[Delta]:
                          "before its tests did)"))
     for key, words in VISIBILITY if record is not None else ():
         before, now = record.get(key), getattr(run, key)
+        if key == "scope" and isinstance(before, str):
+            before = provenance.scope_key(before)  # written before the text named no source
         if before != now:
             out.append(Delta(run.label, WHOLE_RUN, str(before), str(now),
                              f"{words} {before} -> {now}"))

@@ -105,7 +105,17 @@ class CodeScope:
     ignore_names: tuple[str, ...] = ()  # basename patterns left out (the default: test files)
     stdlib: tuple[str, ...] = ()  # library folders besides site-/dist-packages
     everything: bool = False
-    text: str = ""  # one line for the summary: what the scope is and where it came from
+    #: one line for the session report's options.scope, which the gate compares (baseline.py):
+    #: what the scope is, never where it was given, so that one scope set on the command line
+    #: and in the ini reads the same to the gate
+    text: str = ""
+    source: str = ""  # where the scope was given (a flag, an ini key and file); "" by default
+    shown: str = ""  # the text with its source, for people; "" when the same as the text
+
+    @property
+    def described(self) -> str:
+        """The scope for a summary line or a note: the text with where it was given."""
+        return self.shown or self.text
 
     def contains(self, filename: str) -> bool:
         """Whether a frame in ``filename`` is inside the scope (the most specific path decides)."""
@@ -235,10 +245,10 @@ def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,
             scope_from: str | None = None, ignore_from: str | None = None) -> CodeScope:
     """The scope named by options; ``scope`` empty means :func:`default_scope`.
 
-    ``where`` labels the scope's text (what the report records, the same whether the option
-    came from the command line or the ini); ``scope_from``/``ignore_from`` are what an error
-    names as where a bad entry came from (an ini key and file, say), ``where`` and its
-    ``ignore`` twin by default.
+    ``scope_from``/``ignore_from`` name where the entries came from (the flag, or an ini key
+    and its file): an error about a bad entry starts with it, and the scope's ``shown`` text
+    says it; ``where`` and its ``ignore`` twin stand in for them when not given. The scope's
+    ``text``, which the report records for the gate, names no source.
 
     Raises ValueError (one line) for an entry that is neither a path nor a package.
     """
@@ -254,7 +264,8 @@ def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,
                          text=base.text + _ignore_text(ignore))
     include = tuple(p for e in scope for p in _locate(e, rootdir, scope_from or where))
     return CodeScope(include, ignored, (), _stdlib(),
-                     text=f"{', '.join(scope)} ({where})" + _ignore_text(ignore))
+                     text=", ".join(scope) + _ignore_text(ignore), source=scope_from or where,
+                     shown=f"{', '.join(scope)} ({scope_from or where})" + _ignore_text(ignore))
 
 
 def _ignore_text(ignore: Sequence[str]) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = ["collect", "code_digest", "git_state", "hypothesis_state", "code_identity",
-           "detectors_used", "code_scope",
+           "detectors_used", "code_scope", "scope_key",
            "describe"]
 
 _PKG_DIR = Path(__file__).resolve().parent
@@ -137,7 +137,20 @@ def code_scope(doc: Mapping[str, Any]) -> str | None:
     a case, so a narrower scope sees fewer. None when the report does not say."""
     options = doc.get("options") if isinstance(doc.get("options"), Mapping) else {}
     scope = options.get("scope")
-    return scope if isinstance(scope, str) else None
+    return scope_key(scope) if isinstance(scope, str) else None
+
+
+#: what a report's scope text carried after a given scope before it named no source; it said
+#: the flag whether the scope came from the command line or the ini
+_OLD_SOURCE = " (--syncguard-scope)"
+
+
+def scope_key(text: str) -> str:
+    """A scope text as the gate compares it: an older report's (or baseline's) text for a given
+    scope, ``"src (--syncguard-scope)"``, reads as the ``"src"`` a report records now, so that
+    a baseline written before the report stopped naming a source does not see a change."""
+    head, sep, tail = text.partition("; ignoring ")
+    return head.removesuffix(_OLD_SOURCE) + sep + tail
 
 
 def describe(doc: Mapping[str, Any]) -> dict[str, str]:

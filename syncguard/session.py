@@ -138,7 +138,7 @@ def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
     inside, outside = split(rep.syncs, scope)
     if not outside:
         return rep
-    note = f"{len(outside)} more sync(s) outside the code scope ({scope.text}), not counted"
+    note = f"{len(outside)} more sync(s) outside the code scope ({scope.described}), not counted"
     return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes) + [note])
 
 
@@ -175,7 +175,7 @@ class ScopeResolver:
     def __call__(self, scope: tuple[str, ...], ignore: tuple[str, ...],
                  where: str = "--syncguard-scope", **sources: str | None) -> CodeScope:
         """``sources``: codescope.resolve's ``scope_from``/``ignore_from``."""
-        key = (scope, ignore)
+        key = (scope, ignore, where, tuple(sorted(sources.items())))  # sources: in the shown text
         if key not in self.done:
             self.done[key] = codescope.resolve(scope, ignore, self.rootdir, self.patterns, where,
                                                **sources)
@@ -204,7 +204,7 @@ class SyncguardSession:
                 ignore_from=options.where(config, "syncguard_ignore"))
         except ValueError as e:
             raise pytest.UsageError(f"syncguard: {e}") from None
-        self.output = SessionOutput(config, self.settings, self.codescope.text, self.is_worker)
+        self.output = SessionOutput(config, self.settings, self.codescope, self.is_worker)
         self.collection_errors = 0  # failed collectors (a worker's too, on the xdist controller)
         self.prediction = None  # --syncguard-predict: the session's predicting() block
         if self.settings.predict and self.settings.enabled:
@@ -393,8 +393,9 @@ class SessionOutput:
     not registered as a plugin itself.
     """
 
-    def __init__(self, config: pytest.Config, settings, scope: str, is_worker: bool):
-        self.config, self.settings, self.scope = config, settings, scope
+    def __init__(self, config: pytest.Config, settings, scope: CodeScope, is_worker: bool):
+        self.config, self.settings = config, settings
+        self.scope = scope.described  # the summary names where the scope was given
         # the report file and the summary; --collect-only runs nothing, so it writes neither
         self.writes = (not is_worker and not settings.child
                        and not getattr(config.option, "collectonly", False))
@@ -403,7 +404,7 @@ class SessionOutput:
         if settings.report and self.writes:
             path = Path(config.invocation_params.dir, settings.report)
             try:
-                self.file = SessionFile(path, {**settings.options(), "scope": scope},
+                self.file = SessionFile(path, {**settings.options(), **_scope_options(scope)},
                                         max_stacks=settings.max_stacks)
             except OSError as e:
                 raise pytest.UsageError(
@@ -462,6 +463,13 @@ class SessionOutput:
                 terminalreporter.write_line(f"report: {self.file.path}")
         except Exception as e:  # a summary must never turn a run into an internal error
             terminalreporter.write_line(f"syncguard: could not print the summary: {e!r}")
+
+
+def _scope_options(scope: CodeScope) -> dict[str, str]:
+    """The report's record of the code scope: ``scope``, which the gate compares, names no
+    source, so that one scope given on the command line or in the ini file does not read as a
+    change of what the run could see; ``scope_from`` says where it was given, for people."""
+    return {"scope": scope.text, **({"scope_from": scope.source} if scope.source else {})}
 
 
 def _why_none(tests: list[TestEntry]) -> str:

@@ -24,7 +24,8 @@ counted as in scope since version 1 had no scopes)::
                     "hypothesis": {"version": "6.170.17", "profile": "gpu",
                                    "max_examples": 30, "derandomize": false}},
      "options": {"mode": "fail", "detectors": ["debug", "trace"], "races": false,
-                 "scope": "src/ (default; ...)", "keep_events": false, "max_stacks": 5000},
+                 "scope": "src/ (default; ...)", "keep_events": false, "max_stacks": 5000,
+                 "scope_from": "ini option syncguard_scope (/path/pytest.ini)"},
      "summary": {"tests": 10, "audited": 8, "clean": 6, "with_syncs": 1, "allowed": 1,
                  "not_audited": 2, "syncs": 12, "outside_scope": 30},
      "frames": ["/path/file.py:12 in f", ...],
@@ -37,6 +38,9 @@ counted as in scope since version 1 had no scopes)::
                 "detector_reason": "debug,trace: cuda detector not used (...)",
                 "detectors": ["debug", "trace"]}]}
 
+``scope``: the code scope, which the gate compares, naming no source (one scope given on the
+command line or in the ini is one scope); ``scope_from``, written for a given scope only, says
+where it was given.
 ``detectors_ran``: the detectors most audited tests ran under and why (``auto`` resolved, or a
 fallback's reason); a test's ``detector_reason`` is written only where it differs from it.
 ``detectors``: the names of the detectors that judged an audited test (its region's

@@ -376,3 +376,56 @@ def test_a_folder_that_cannot_be_read_is_not_a_package(tmp_path, monkeypatch):
     scope = default_scope(tmp_path)
     assert scope.include == (os.path.normcase(os.path.abspath(tmp_path / "pkg")),)
     assert scope.text == "pkg/ (default; test files and conftest.py outside)"
+
+
+def test_the_report_names_where_the_scope_was_given_and_the_gate_sees_one_scope(project, run):
+    """Why: the report said ``(--syncguard-scope)`` for a scope from the ini too. It names the
+    real source now, while the text the gate compares stays the same for either source: a
+    baseline from a command-line run must not read an ini run of one scope as another scope."""
+    from syncguard import baseline, matrix
+
+    ini = project.path / "tox.ini"
+    sources = {"cli": (["--syncguard-scope=src"], "command line option --syncguard-scope"),
+               "override": (["-o", "syncguard_scope=src"],
+                            "ini option syncguard_scope (-o/--override-ini)"),
+               "ini": ([], f"ini option syncguard_scope ({ini})")}
+    docs = {}
+    for name, (args, source) in sources.items():
+        if name == "ini":
+            ini.write_text("[pytest]\npythonpath = src vendor/site-packages\nsyncguard_scope = src\n")
+        res = run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_own", *args)
+        res.stdout.fnmatch_lines([f"scope: src ({source})"])
+        docs[name] = sessionfile.load_document(project.path / "r.json")
+        assert docs[name]["options"]["scope"] == "src"
+        assert docs[name]["options"]["scope_from"] == source
+    base = baseline.make(matrix.build([("cli.json", docs["cli"])]))
+    for name in ("override", "ini"):
+        cmp = baseline.compare(matrix.build([(f"{name}.json", docs[name])]), base)
+        assert _scope_changes(cmp) == [], name
+
+
+def test_a_baseline_written_when_the_scope_text_named_the_flag_sees_no_change(project, run):
+    """Why: reports and baselines written before the text named no source end a given scope
+    with ``(--syncguard-scope)``; the gate must not read that as another scope."""
+    from syncguard import baseline, matrix
+
+    run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_own",
+        "--syncguard-scope=src", "--syncguard-ignore=src/mypkg/testing.py")
+    doc = sessionfile.load_document(project.path / "r.json")
+    old = {**doc, "options": {**doc["options"],
+                              "scope": "src (--syncguard-scope); ignoring src/mypkg/testing.py"}}
+    del old["options"]["scope_from"]
+    base = baseline.make(matrix.build([("old.json", old)]))
+    assert _scope_changes(baseline.compare(matrix.build([("new.json", doc)]), base)) == []
+    base = baseline.make(matrix.build([("new.json", doc)]))
+    assert _scope_changes(baseline.compare(matrix.build([("old.json", old)]), base)) == []
+    # a scope that did change still does
+    other = {**doc, "options": {**doc["options"], "scope": "src/mypkg"}}
+    assert _scope_changes(baseline.compare(matrix.build([("other.json", other)]), base)) == [
+        "code scope src; ignoring src/mypkg/testing.py -> src/mypkg"]
+
+
+def _scope_changes(cmp) -> list[str]:
+    """The gate's whole-run regressions for a change of code scope (a run without CUDA also
+    has its "zero audited cases" one, which is not what these tests look at)."""
+    return [r.why for r in cmp.regressions if r.why.startswith("code scope")]
