@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -90,7 +91,10 @@ def _path(value: Any, where: str) -> str:
 def _list(value: Any, where: str) -> tuple[str, ...]:
     items = split_list(value)
     if not items:
-        raise ValueError(f"{where}: {value!r} names no path or package")
+        # the ini hands over a list of its lines (a 'linelist' option): one line is shown as
+        # the text that was written, not as a list nobody wrote
+        shown = value[0] if isinstance(value, list) and len(value) == 1 else value
+        raise ValueError(f"{where}: {shown!r} names no path or package")
     return items
 
 
@@ -184,7 +188,11 @@ def add_options(parser: pytest.Parser) -> None:
     for flag, dest, _, default, kw, help_ in OPTIONS:
         text = f"{help_} (default: {_default_text(default)})"
         group.addoption(flag, dest=dest, help=text, **kw)
-        parser.addini(dest, f"{text} [ini twin of {flag}]", default="")
+        # a list option is declared one: pytest then takes a TOML list as it is (a 'string'
+        # option warns that it will refuse one) and an ini string as lines, each split at commas
+        listed = isinstance(default, tuple)
+        parser.addini(dest, f"{text} [ini twin of {flag}]", type="linelist" if listed else None,
+                      default=[] if listed else "")
     parser.addini("syncguard_warmup", "module:callable run once per process before the first "
                   "audited test, after syncguard's own CUDA warm-up (an alias of the "
                   "pytest_syncguard_warmup hook)", default="")
@@ -203,7 +211,14 @@ def given(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
     cli = config.getoption(dest, None)
     if cli is not None:
         return cli, f"command line option --{dest.replace('_', '-')}"
-    raw = config.getini(dest)
+    with warnings.catch_warnings():
+        # a one-value option is declared a 'string' (no pytest type keeps a TOML list apart from
+        # an ini string but that one), and pytest warns as it hands a list over: syncguard
+        # refuses the list itself, naming the key (resolve_settings), where the warning was a
+        # second message about it, and under -W error an INTERNALERROR instead of the refusal
+        warnings.filterwarnings("ignore", "Passing a value that is not a string",
+                                pytest.PytestRemovedIn10Warning)
+        raw = config.getini(dest)
     if isinstance(raw, list):
         return (raw, _ini_where(config, dest)) if raw else None
     if isinstance(raw, str) and raw.strip():

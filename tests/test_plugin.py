@@ -232,19 +232,35 @@ def test_a_bad_override_ini_value_names_the_override(pytester, run, dest):
         repr(BAD_VALUE[dest]) in line), line
 
 
+@pytest.mark.parametrize("dest", ["syncguard_scope", "syncguard_ignore"])
+def test_an_empty_list_in_the_ini_is_shown_as_written(pytester, run, dest):
+    """Why: a list option's ini value reaches syncguard as its lines (linelist); a one-line
+    value is shown as the text written, not as a list of it."""
+    pytester.makepyfile(test_m="def test_x(): pass")
+    line = _usage_error_line(run("--syncguard", "-o", f"{dest}= , "))
+    assert line == (f"ERROR: syncguard: ini option {dest} (-o/--override-ini): "
+                    "',' names no path or package"), line
+
+
 @pytest.mark.parametrize("toml, message", [
     ('syncguard_scope = ["no_such_pkg_zz"]', "'no_such_pkg_zz' is neither a path"),
     ('syncguard_mode = ["fail"]', "['fail'] is a list, not one value"),
 ])
 def test_a_bad_list_in_pyproject_names_the_ini_key(pytester, run, toml, message):
     """A TOML list under [tool.pytest.ini_options] reaches the plugin as a list: it had been
-    dropped without a word (the option at its default), not read nor refused."""
+    dropped without a word (the option at its default), not read nor refused. The refusal is
+    the one message: pytest's warning that a 'string' option will refuse a list had come with
+    it, and under -W error stopped the run with an INTERNALERROR instead."""
     pytester.makepyfile(test_m="def test_x(): pass")
     pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{toml}\n")
-    line = _usage_error_line(run("--syncguard", "-W", "ignore::pytest.PytestRemovedIn10Warning"))
+    res = run("--syncguard")
+    line = _usage_error_line(res)
     dest = toml.split()[0]
     assert line.startswith(f"ERROR: syncguard: ini option {dest} "
                            f"({pytester.path / 'pyproject.toml'}): ") and message in line, line
+    assert "PytestRemovedIn10Warning" not in res.stdout.str() + res.stderr.str()
+    res = run("--syncguard", "-W", "error::pytest.PytestRemovedIn10Warning")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and _usage_error_line(res) == line
 
 
 def test_a_list_in_pyproject_is_read_as_the_list_it_is(pytester, run):
@@ -256,8 +272,8 @@ def test_a_list_in_pyproject_is_read_as_the_list_it_is(pytester, run):
     """)
     pytester.makepyprojecttoml('[tool.pytest.ini_options]\nsyncguard_detectors = ["fake"]\n'
                                'syncguard_scope = ["*"]\n')
-    res = run("--syncguard", "-W", "ignore::pytest.PytestRemovedIn10Warning")
-    res.assert_outcomes(failed=1)
+    res = run("--syncguard", "-W", "error::pytest.PytestRemovedIn10Warning")
+    res.assert_outcomes(failed=1)  # read without pytest's warning that it will refuse a list
 
 
 # -- markers and fixture -----------------------------------------------------------------------
