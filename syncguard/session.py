@@ -153,6 +153,12 @@ def state_for(item: pytest.Item, settings, scope_for) -> ItemState | None:
         raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.syncguard: {e}") from None
 
 
+#: a worker's collection report carries a bad marker's usage error under this attribute (an
+#: extra attribute of a report travels to the xdist controller with it), for the controller to
+#: raise: there the run stops with exit 4, as a serial run does
+USAGE_ERROR_ATTR = "syncguard_usage_error"
+
+
 def _fail_on_bad_markers(rep: pytest.CollectReport, settings, scope_for) -> None:
     for item in rep.result:
         if isinstance(item, pytest.Item):
@@ -160,6 +166,7 @@ def _fail_on_bad_markers(rep: pytest.CollectReport, settings, scope_for) -> None
                 state_for(item, settings, scope_for)
             except pytest.UsageError as e:
                 rep.outcome, rep.longrepr = "failed", f"usage error: {e}"
+                setattr(rep, USAGE_ERROR_ATTR, str(e))
                 return
 
 
@@ -220,8 +227,16 @@ class SyncguardSession:
         self.output.started(self.entries.values())
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Counts failed collectors; on the xdist controller, a worker's bad marker is raised
+        as the usage error a serial run raises (pytest_collection_modifyitems): xdist runs the
+        other modules' tests past a collection error and exits 1, where a serial run stops
+        before any test with exit 4. Raised here, it leaves the controller's loop and pytest
+        ends the session (its workers with it), prints the one line and exits 4."""
         if report.failed:
             self.collection_errors += 1
+        usage_error = getattr(report, USAGE_ERROR_ATTR, None)
+        if usage_error and not self.is_worker:
+            raise pytest.UsageError(usage_error)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -236,7 +251,8 @@ class SyncguardSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector):
-        """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead."""
+        """On an xdist worker a UsageError would be an INTERNALERROR: fail the collection instead,
+        carrying the error for the controller to raise (pytest_collectreport)."""
         rep = yield
         if self.is_worker and rep.passed:
             _fail_on_bad_markers(rep, self.settings, self.scope_for)

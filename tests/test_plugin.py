@@ -319,6 +319,21 @@ def test_bad_marker_is_usage_error_at_collection(pytester, run, mark, message):
     res.stderr.fnmatch_lines([f"ERROR: test_m.py::test_x: @pytest.mark.{mark.split('(')[0]}: {message}"])
 
 
+def test_bad_marker_under_xdist_is_the_same_usage_error(pytester, run):
+    """Why: under -n 2 a bad marker was a worker's collection error: the other modules' tests
+    ran and the run exited 1, where a serial run stops at collection with exit 4 and one line."""
+    pytester.makepyfile(test_m="""
+        import pytest
+        @pytest.mark.syncguard(mode='loud')
+        def test_x(): pass
+    """, test_ok="def test_ok(): pass")
+    res = run("--syncguard", FAKE, "--syncguard-report=r.json", "-n", "2")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR, res.stdout.str() + res.stderr.str()
+    res.stderr.fnmatch_lines(["ERROR: test_m.py::test_x: @pytest.mark.syncguard: mode: 'loud' is "
+                              "not one of fail, warn, record"])
+    assert not (pytester.path / "r.json").exists()  # bad input changes nothing, as serially
+
+
 def test_allow_sync_max_and_kind(pytester, run):
     pytester.makepyfile(test_m="""
         import pytest
