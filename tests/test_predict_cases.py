@@ -183,3 +183,30 @@ def test_a_session_report_claiming_a_billion_syncs_is_refused_before_it_is_expan
     bad.write_text(json.dumps(doc))
     with pytest.raises(SchemaError, match=r"bad\.json: .*count 1000000000 takes the report to"):
         calibrate_cases(str(bad), ROOT, "2.11.0")
+
+
+def test_calibrate_cases_reads_the_session_report_once(monkeypatch):
+    """Why: it read and parsed the report three times (checked by load_document, then parsed
+    again for the tests, and again for the provenance the line mapping needs), where the
+    checked document has all of it."""
+    import builtins
+
+    from syncguard import sessionfile
+
+    path = _session_report("2.11.0")
+    reads = []
+    read_json, open_ = sessionfile.read_json, builtins.open
+
+    def counting_read_json(p, *a, **kw):
+        reads.append(("read_json", os.fspath(p)))
+        return read_json(p, *a, **kw)
+
+    def counting_open(p, *a, **kw):
+        reads.append(("open", os.fspath(p) if isinstance(p, (str, os.PathLike)) else p))
+        return open_(p, *a, **kw)
+
+    monkeypatch.setattr(sessionfile, "read_json", counting_read_json)
+    monkeypatch.setattr(builtins, "open", counting_open)
+    calibrate_cases(path, ROOT, "2.11.0")
+    monkeypatch.undo()
+    assert [r for r in reads if r[1] == path] == [("read_json", path)]

@@ -118,11 +118,14 @@ def _code(text: str) -> str:
     return text.split("#", 1)[0].strip()
 
 
-def _line_mapper(root: str, report_rel: str, source_rel: str):
+def _line_mapper(root: str, report_rel: str, source_rel: str,
+                 prov: dict[str, Any] | None = None):
     """Line of ``source_rel`` as the run saw it -> its line now, matched by code text
     (comments dropped). The run saw the source of the parent of the commit that added the
     report (results and source edits were committed together); a line that cannot be matched
-    to exactly one line now stays as recorded, and then counts as a line disagreement."""
+    to exactly one line now stays as recorded, and then counts as a line disagreement.
+    ``prov``: the report's provenance, where the caller has read the report already (it is
+    read from ``report_rel`` otherwise)."""
     import subprocess
 
     def git(*args: str) -> str:
@@ -130,8 +133,9 @@ def _line_mapper(root: str, report_rel: str, source_rel: str):
                               check=True).stdout
 
     try:
-        with open(os.path.join(root, report_rel), encoding="utf-8") as f:
-            prov = json.load(f).get("provenance") or {}
+        if prov is None:
+            with open(os.path.join(root, report_rel), encoding="utf-8") as f:
+                prov = json.load(f).get("provenance") or {}
         named = prov.get("git_commit") or (prov.get("project") or {}).get("commit")
         if prov.get("converted_from") and not named:  # a converted run: the original's history
             report_rel = prov["converted_from"]
@@ -208,22 +212,23 @@ def calibrate_cases(session_json: str, root: str, target: str,
 
     from ..sessionfile import load_document
 
-    load_document(session_json)  # checked as any report is: its counts, expanded below, bounded
-    with open(session_json, encoding="utf-8") as f:
-        data = json.load(f)
+    # read once, and checked as any report is: its counts, expanded below, are bounded
+    data = load_document(session_json)
     cal = Calibration("cases/merge.py variants", target, os.path.relpath(session_json, root))
-    tests = {t["nodeid"]: t for t in data.get("tests", [])}
-    remap = _line_mapper(root, os.path.relpath(session_json, root), "cases/merge.py")
+    tests = {t.nodeid: t for t in data["tests"]}
+    remap = _line_mapper(root, os.path.relpath(session_json, root), "cases/merge.py",
+                         data.get("provenance") or {})
     for name, v in VARIANTS.items():
         # the id gained its mode (``-default``) when declarations became per mode; session
-        # reports from schema 2 on store one record per site with a ``count``
+        # reports from schema 2 on store one record per site with a ``count`` (a version 1
+        # report's events come back from load_document aggregated the same way)
         test = (tests.get(f"cases/test_merge.py::test_declared_sync[{name}]")
-                or tests.get(f"cases/test_merge.py::test_declared_sync[{name}-default]", {}))
-        measured = [(e["kind"], remap(e.get("lineno")))
-                    for e in test.get("allowed", []) + test.get("syncs", [])
-                    if (e.get("reason") or "").startswith("declared:")
-                    and (e.get("filename") or "").endswith("merge.py")
-                    for _ in range(e.get("count", 1))]
+                or tests.get(f"cases/test_merge.py::test_declared_sync[{name}-default]"))
+        measured = [(e.kind, remap(e.lineno))
+                    for e in ((test.allowed + test.syncs) if test else ())
+                    if (e.reason or "").startswith("declared:")
+                    and (e.filename or "").endswith("merge.py")
+                    for _ in range(e.count)]
         with predicting(target, rules=table) as p:
             x, mask, mm = representative_inputs(name, 256, 64)
             s0, u0 = len(p.syncs), len(p.unmodelled)
