@@ -1111,13 +1111,13 @@ def test_a_usage_error_after_the_prediction_opened_leaves_torch_as_it_was(pytest
     (CUDA stand-ins, opened with the session) was left open when a later check of the session
     failed, and the outer process went on making "CUDA" tensors on a CPU build."""
     is_available = torch.cuda.is_available
-    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    swap = torch.__future__.get_swap_module_params_on_conversion()
     (pytester.path / "a-file").write_text("")
     pytester.makepyfile(test_a="def test_a(): pass")
     res = run("--syncguard", "--syncguard-predict", "--syncguard-report=a-file/r.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert torch.cuda.is_available is is_available
-    assert torch.__future__.get_overwrite_module_params_on_conversion() == overwrite
+    assert torch.__future__.get_swap_module_params_on_conversion() == swap
     if not is_available():  # a CPU build makes no CUDA tensor, stand-in or not
         with pytest.raises((AssertionError, RuntimeError)):
             torch.ones(2, device="cuda")

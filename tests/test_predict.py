@@ -206,7 +206,7 @@ def test_rules_that_are_a_folder_or_not_a_path_are_named_errors(tmp_path):
 
 
 def test_a_module_moved_to_cuda_trains_and_its_syncs_are_predicted():
-    overwrite = torch.__future__.get_overwrite_module_params_on_conversion()
+    swap = torch.__future__.get_swap_module_params_on_conversion()
     torch.manual_seed(0)
     with predicting("2.14.1") as p:
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
@@ -220,11 +220,31 @@ def test_a_module_moved_to_cuda_trains_and_its_syncs_are_predicted():
         opt.step()
         line = here() + 1
         loss.item()
-    assert torch.__future__.get_overwrite_module_params_on_conversion() == overwrite
+    assert torch.__future__.get_swap_module_params_on_conversion() == swap
     # four pageable parameters uploaded by blocking copies, then the loss read back
     uploads = [e.kind for e in p.syncs if e.lineno != line]
     assert uploads == measured("2.14.1", "to_cuda_pageable_blocking") * 4
     assert [e.kind for e in p.syncs if e.lineno == line] == measured("2.14.1", "item")
+    assert not p.unmodelled, p.format()
+
+
+def test_module_cuda_after_the_optimizer_is_built_keeps_the_parameters_it_trains():
+    """Found by a reviewer: Module.cuda() gave the module new Parameter objects, so an optimizer
+    built before the move stepped the old ones and the model never changed. On a GPU,
+    ``module.cuda()`` keeps each Parameter object (torch's ``Module._apply`` sets ``.data``)."""
+    torch.manual_seed(0)
+    with predicting() as p:
+        model = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        held = list(opt.param_groups[0]["params"])
+        before = [q.detach().clone() for q in model.parameters()]
+        model.cuda()
+        assert all(q.is_cuda and isinstance(q, torch.nn.Parameter) for q in model.parameters())
+        model(torch.randn(3, 4, device="cuda")).sum().backward()
+        opt.step()
+        assert [q is h for q, h in zip(model.parameters(), held)] == [True, True]
+        after = [q.detach().cpu() for q in model.parameters()]
+    assert all(not torch.equal(b, a) for b, a in zip(before, after))
     assert not p.unmodelled, p.format()
 
 
@@ -260,14 +280,15 @@ def test_a_prediction_leaves_the_inductor_cache_variable_as_it_found_it():
 
 
 def test_overlapping_blocks_on_two_threads_keep_module_cuda_working_and_restore_the_flag():
-    """Found by a helper: torch.__future__'s overwrite_module_params_on_conversion was saved and
-    put back per block while the torch.cuda swap is shared, so when thread A's block closed
+    """Found by a helper: the torch.__future__ flag that Module.cuda() needs inside a block
+    (then overwrite_module_params_on_conversion, now swap_module_params_on_conversion) was saved
+    and put back per block while the torch.cuda swap is shared, so when thread A's block closed
     while thread B's was open, B's Module.cuda() left the weights on the CPU, and after both
     closed the flag stayed True. Events force A open, B open, A close, B uses, B close."""
-    before = torch.__future__.get_overwrite_module_params_on_conversion()
+    before = torch.__future__.get_swap_module_params_on_conversion()
     device = overlapping(predicting, lambda: torch.nn.Linear(2, 2).cuda().weight.device)
     assert device.type == "cuda"
-    assert torch.__future__.get_overwrite_module_params_on_conversion() == before
+    assert torch.__future__.get_swap_module_params_on_conversion() == before
 
 
 @pytest.mark.parametrize("op", ["x + c", "torch.mm(c, x)", "c.add_(x)", "Linear(4, 2)(c)"])

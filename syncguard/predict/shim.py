@@ -785,13 +785,15 @@ def install() -> None:
             raise
         # Process-wide state, saved with the names (first install) and put back with them (last
         # uninstall): per block, one thread's exit undid it under another thread's open block.
-        # Module.cuda()/.to("cuda") must give modules new Parameters that are stand-ins (the
-        # default swaps the data under the old Parameter, which a wrapper subclass cannot take);
-        # torch sets INDUCTOR_CACHE while a function mode first imports torch._dynamo, and
+        # Module.cuda()/.to("cuda") must turn Parameters into stand-ins in place: the default
+        # sets .data, which a wrapper subclass cannot take, and new Parameter objects would
+        # leave an optimizer built before the move training the old ones. Swapping keeps each
+        # Parameter object (and its identity), as torch's own _apply does for tensor
+        # subclasses, and as .data does on a GPU; torch sets INDUCTOR_CACHE while a function mode first imports torch._dynamo, and
         # every subprocess the program starts afterwards would inherit it.
-        _saved_state["overwrite"] = torch.__future__.get_overwrite_module_params_on_conversion()
+        _saved_state["swap"] = torch.__future__.get_swap_module_params_on_conversion()
         _saved_state["env"] = os.environ.get(INDUCTOR_CACHE)
-        torch.__future__.set_overwrite_module_params_on_conversion(True)
+        torch.__future__.set_swap_module_params_on_conversion(True)
 
 
 def _restore_names() -> None:
@@ -812,7 +814,7 @@ def uninstall() -> None:
         if _depth > 0:
             return
         _restore_names()
-        torch.__future__.set_overwrite_module_params_on_conversion(_saved_state.pop("overwrite"))
+        torch.__future__.set_swap_module_params_on_conversion(_saved_state.pop("swap"))
         env = _saved_state.pop("env")
         if env is None:
             os.environ.pop(INDUCTOR_CACHE, None)

@@ -119,6 +119,10 @@ def is_marked_pinned(t: torch.Tensor) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Device memory given back to the caching allocator: what makes empty_cache() call cudaFree
 
+class _Alive:
+    """A weak-referenceable marker of one stand-in's life (see _Frees.track)."""
+
+
 class _Frees:
     """Counts storages of stand-ins whose last stand-in died: on a GPU their blocks would sit
     in the caching allocator, and ``torch.cuda.empty_cache()`` would release them (cudaFree,
@@ -139,8 +143,12 @@ class _Frees:
             return
         with self._lock:
             self._live[key] = self._live.get(key, 0) + 1
-        # the elem keeps the storage alive as long as the stand-in lives
-        weakref.finalize(standin, self._release, key, nbytes)
+        # The elem keeps the storage alive as long as the stand-in lives. The finalizer watches
+        # a token in the stand-in's __dict__, not the tensor: torch.utils.swap_tensors (how
+        # Module.cuda() keeps a Parameter's identity) refuses tensors with weak references,
+        # and moves __dict__, so the token dies with whichever object holds the data.
+        token = standin.__dict__["_sg_alive"] = _Alive()
+        weakref.finalize(token, self._release, key, nbytes)
 
     def _release(self, key: int, nbytes: int) -> None:
         with self._lock:
