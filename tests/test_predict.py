@@ -248,6 +248,39 @@ def test_module_cuda_after_the_optimizer_is_built_keeps_the_parameters_it_trains
     assert not p.unmodelled, p.format()
 
 
+def test_torch_save_of_standins_predicts_a_copy_to_the_host_per_storage_and_loads():
+    """Found by a reviewer: torch.save of stand-ins was predicted clean and the file did not
+    load. On a GPU, torch.save copies each CUDA storage to pageable host memory (a blocking
+    aten::copy_, as in the measured copy_to_pageable_blocking snippet), once per storage (a view
+    shares its base's), and files it under cuda:0, which a CPU machine loads with
+    map_location="cpu"."""
+    import io
+
+    data = torch.arange(4.0)
+    with predicting("2.14.1") as p:
+        model = torch.nn.Linear(3, 2).cuda()
+        weight = model.weight.detach().cpu()
+        x = data.to("cuda")
+        before = len(p.syncs)
+        checkpoint, whole = io.BytesIO(), io.BytesIO()
+        torch.save({"x": x, "view": x[1:], "model": model.state_dict()}, checkpoint)
+        torch.save(model, whole)
+        saves = [e.kind for e in p.syncs[before:]]
+    assert saves == measured("2.14.1", "copy_to_pageable_blocking") * 5  # 3 storages, then 2
+    assert not p.unmodelled, p.format()
+    checkpoint.seek(0)
+    loaded = torch.load(checkpoint, map_location="cpu")
+    assert torch.equal(loaded["x"], data) and torch.equal(loaded["view"], data[1:])
+    assert torch.equal(loaded["model"]["weight"], weight)
+    whole.seek(0)
+    again = torch.load(whole, map_location="cpu", weights_only=False)
+    assert isinstance(again.weight, torch.nn.Parameter) and torch.equal(again.weight, weight)
+    if not torch.cuda.is_available():  # filed under CUDA, as a GPU's file is
+        checkpoint.seek(0)
+        with pytest.raises(RuntimeError, match="deserialize object on a CUDA device"):
+            torch.load(checkpoint)
+
+
 def test_region_report_is_a_labelled_report():
     from syncguard.predict import region_report
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
-from .tensors import FREES
+from .tensors import FREES, saving
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY"]
@@ -752,7 +752,8 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
         out.append(_answering_per_thread(
             acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
     out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
-    out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile)}))
+    out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile),
+                        "save": saving(torch.save)}))
     out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
         torch._C._group_tensors_by_device_and_dtype)}))
     return out

@@ -13,6 +13,8 @@ remembered beside the tensor (a weak set) rather than in it.
 """
 from __future__ import annotations
 
+import collections
+import functools
 import threading
 import weakref
 
@@ -77,11 +79,87 @@ class CudaStandIn(torch.Tensor):
             return "tensor(" + text[len(type(self).__name__) + 1:]
         return f"{self._sg_elem!r} (predicted on cuda:{self._sg_index})"
 
+    def __reduce_ex__(self, proto):
+        """Pickled (``torch.save``) as a GPU pickles a CUDA tensor: its storage filed under
+        ``cuda:<index>`` (torch's own ``_fake_device`` hook for tensors whose data is elsewhere)
+        with this tensor's CPU data, so the file loads where a GPU's does, and with
+        ``map_location="cpu"`` anywhere. Writing a CUDA storage copies it to the host first
+        (``UntypedStorage.cpu()``: an ``aten::copy_`` from the device into pageable memory, which
+        waits): predicted once per storage by that measured copy's rule, never clean."""
+        saved = _saved_storages()
+        elem = self._sg_elem
+        fn, args = elem.__reduce_ex__(proto)[:2]
+        if fn is not torch._utils._rebuild_tensor_v2 or type(elem) is not torch.Tensor:
+            from .engine import active
+
+            p = active()
+            if p is not None:
+                p.cannot("torch.save", "saving this kind of CUDA tensor (dtype or layout) is "
+                         "not modelled: it is written as a CPU tensor, and its copy to the host "
+                         "is not predicted")
+            return fn, args
+        storage = args[0]
+        storage._fake_device = torch.device("cuda", self._sg_index)
+        key = storage._untyped_storage._cdata
+        if saved is None or key not in saved:
+            _copy_to_host_predicted()
+            if saved is not None:
+                saved.add(key)
+        args = (storage, args[1], args[2], args[3], self.requires_grad and not self.__dict__.get(
+            "_is_param"), *args[5:])
+        if self.__dict__.get("_is_param"):  # a Parameter stand-in (Module.cuda()): a Parameter
+            return torch._utils._rebuild_parameter, (_Reduced(fn, args), self.requires_grad,
+                                                     collections.OrderedDict())
+        return fn, args
+
     def __format__(self, spec: str) -> str:
         # torch.Tensor.__format__ formats 0-dim tensors by .item() only for exact Tensors
         if self.dim() == 0:
             return self.item().__format__(spec)
         return object.__format__(self, spec)
+
+
+class _Reduced:
+    """Pickles as ``fn(*args)``: a stand-in's data inside a Parameter's reduction."""
+
+    def __init__(self, fn, args) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+_saving = threading.local()
+
+
+def _saved_storages() -> set | None:
+    """The storages already written by the ``torch.save`` running on this thread (None outside
+    one, e.g. ``pickle.dumps``): a storage two tensors share is written, and copied, once."""
+    return getattr(_saving, "keys", None)
+
+
+def saving(save):
+    """``torch.save`` with one set of written storages per call (see ``_saved_storages``)."""
+
+    @functools.wraps(save)
+    def wrapper(*args, **kwargs):
+        outer = _saved_storages()
+        _saving.keys = set() if outer is None else outer
+        try:
+            return save(*args, **kwargs)
+        finally:
+            _saving.keys = outer
+
+    return wrapper
+
+
+def _copy_to_host_predicted() -> None:
+    from .engine import active
+    from .facts import copy_facts
+
+    p = active()
+    if p is not None:
+        p.decide("aten::copy_", copy_facts(True, False, None, False))
 
 
 def is_standin(x) -> bool:
