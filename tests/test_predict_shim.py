@@ -277,6 +277,25 @@ def test_compile_without_cuda_graphs_is_left_as_it_was():
     assert not [u for u in p.unmodelled if "CUDA graphs" in u.why], p.format()
 
 
+def test_cuda_autocast_is_not_predicted_because_its_dtypes_differ_from_a_gpu():
+    """Found by a reviewer: torch.autocast("cuda") had no effect on stand-ins (a matmul stayed
+    float32 where a GPU computes float16, per torch's CUDA autocast op list) and the block was
+    predicted clean. CPU autocast and a disabled one are no CUDA autocast: left alone."""
+    with predicting() as p:
+        a = torch.ones(2, 2, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            a @ a
+        with pytest.warns(FutureWarning):
+            legacy = torch.cuda.amp.autocast()
+        with legacy:
+            a @ a
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu"):
+            a @ a
+    assert [u.what for u in p.unmodelled] == ["torch.autocast"] * 2, p.format()
+    assert all("autocast" in u.why and "float16" in u.why for u in p.unmodelled)
+    assert "not predicted" in (p.to_report().reason or "")
+
+
 # ---------------------------------------------------------------------------------------------
 # One device: cuda:1 does not exist
 

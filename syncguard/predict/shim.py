@@ -32,7 +32,7 @@ from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .tensors import FREES, saving
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
-           "ACCELERATOR_SHIMMED", "GRAPHS_WHY"]
+           "ACCELERATOR_SHIMMED", "GRAPHS_WHY", "AUTOCAST_WHY"]
 
 
 #: idents of the threads running a DataLoader's pin loop started while the shim is installed
@@ -734,6 +734,28 @@ def _answering_per_thread(module: Any, table: dict[str, Any]) -> tuple[Any, dict
                     for name, value in table.items()}
 
 
+AUTOCAST_WHY = ("CUDA autocast: the stand-ins run CPU kernels, which CUDA autocast does not "
+                "reach, so ops inside keep the dtypes they would have without it where a GPU "
+                "runs them in {dtype}; the region's dtypes, and what depends on them, differ "
+                "from a GPU run")
+
+
+def _autocast_enter(original: Any) -> Any:
+    """``torch.autocast("cuda")`` (and ``torch.cuda.amp.autocast``, a subclass) entered: runs
+    as it is, reported "not predicted". Mapping it to CPU autocast would not be CUDA's
+    behaviour either: the two cast different op lists (and CPU autocast knows no float16 for
+    some ops), so the dtypes would still differ from a GPU's, only less visibly."""
+
+    @functools.wraps(original)
+    def enter(self: Any) -> Any:
+        if getattr(self, "device", None) == "cuda" and getattr(self, "_enabled", False):
+            dtype = str(getattr(self, "fast_dtype", None)).replace("torch.", "")
+            _cannot("torch.autocast", AUTOCAST_WHY.format(dtype=dtype))
+        return original(self)
+
+    return enter
+
+
 def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
@@ -754,6 +776,8 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
     out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile),
                         "save": saving(torch.save)}))
+    autocast = torch.amp.autocast_mode.autocast
+    out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
     out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
         torch._C._group_tensors_by_device_and_dtype)}))
     return out
