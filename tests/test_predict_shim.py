@@ -180,6 +180,35 @@ def test_seeding_and_nvtx_are_harmless_stand_ins():
     assert p.clean, p.format()
 
 
+def test_seeding_cuda_makes_the_standins_draws_repeat():
+    """Found by a reviewer: torch.cuda.manual_seed and kin were no-ops, and "cuda" draws came
+    from the CPU generator, so seeding CUDA and drawing again gave other numbers, and any CPU
+    draw in between shifted them. Seeding CUDA (also by torch.manual_seed, which seeds every
+    device) and restoring its state repeat the draws within prediction mode, whatever the CPU
+    generator does; the values are not a GPU's (Philox there), so none are compared."""
+    def draws():
+        torch.rand(3)  # the CPU generator moves on; "cuda" draws must not see it
+        return [torch.randn(4, device="cuda").tolist(),
+                torch.nn.functional.dropout(torch.ones(16, device="cuda"), 0.5).tolist(),
+                torch.empty(3, device="cuda").uniform_().tolist(),
+                torch.randint(0, 1000, (4,), device="cuda").tolist()]
+
+    with predicting():
+        torch.cuda.manual_seed(7)
+        first = draws()
+        torch.cuda.manual_seed_all(7)
+        assert draws() == first
+        torch.manual_seed(7)
+        assert draws() == first
+        state = torch.cuda.get_rng_state()
+        after = draws()
+        torch.cuda.set_rng_state(state)
+        assert draws() == after != first
+        torch.cuda.manual_seed(8)
+        assert draws() != first
+        assert torch.cuda.initial_seed() == 8
+
+
 def test_memory_queries_answer_or_say_they_were_not_predicted():
     """mem_get_info is a CUDA runtime call no committed run measured: not predicted, with a
     plausible answer; the allocator's own statistics are host-side counters."""

@@ -1,6 +1,8 @@
 """The function mode and the dispatch mode of the predictor (see engine.py for why two)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -8,6 +10,7 @@ from torch.utils._pytree import tree_map
 
 from .engine import Predictor, _first_index, _rewrap, active, check_ordinal, cuda_index
 from .facts import copy_facts, is_device_kernel, op_facts, op_name
+from .rng import seeded_draw
 from .tensors import is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
 
 __all__ = ["PredictFunctionMode", "PredictDispatchMode", "PinningMode"]
@@ -105,7 +108,9 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
         if inner is not None:
             self._own.forwarding.append(inner)
         try:
-            out = func(*args, **kwargs)
+            # a random factory for "cuda" draws from the stand-ins' generator (rng.py)
+            with seeded_draw(func, kwargs) if index is not None else nullcontext():
+                out = func(*args, **kwargs)
         finally:
             if inner is not None:
                 self._own.forwarding.pop()
@@ -269,7 +274,8 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
                           device_kernel=is_device_kernel(func, args, kwargs))
         elif touched and func._schema.name == "aten::_to_copy":
             self._to_copy(args, kwargs, cuda)
-        out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        with seeded_draw(func, kwargs) if touched else nullcontext():  # rng.py: "cuda" draws
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
         wrap_out = touched and not (func._schema.name == "aten::_to_copy" and not cuda
                                     and kwargs.get("device") is not None)
         out = _rewrap(out, args, kwargs, wrap_out, index or 0)

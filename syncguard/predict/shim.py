@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .tensors import FREES, saving
 
@@ -248,10 +249,22 @@ def _empty_cache() -> None:
 
 
 def _get_rng_state(device: Any = "cuda") -> Any:
-    """The state comes back as a host ByteTensor, as on a GPU; whether reading it waits is the
-    table's answer (a run measured it)."""
+    """The state comes back as a host ByteTensor, as on a GPU (but the stand-ins' CPU
+    generator's, see rng.py); whether reading it waits is the table's answer (a run measured
+    it)."""
     _decide("torch.cuda.get_rng_state")
-    return torch.get_rng_state()
+    return rng.GENERATOR.get_state()
+
+
+def _set_rng_state(new_state: Any, device: Any = "cuda") -> None:
+    _decide("torch.cuda.set_rng_state")
+    rng.GENERATOR.set_state(new_state)
+
+
+def _manual_seed(seed: Any) -> None:
+    """Seeds the stand-ins' generator (rng.py): the same seed, the same "cuda" draws here,
+    though not a GPU's values."""
+    rng.GENERATOR.manual_seed(int(seed))
 
 
 _PROPS = SimpleNamespace(name="predicted CUDA device (syncguard)", major=9, minor=0,
@@ -490,7 +503,7 @@ _NVTX = SimpleNamespace(
 
 
 def _seed() -> None:
-    return None
+    rng.GENERATOR.seed()
 
 
 #: name in torch.cuda -> stand-in; everything else in torch.cuda is left as it is.
@@ -516,13 +529,15 @@ SHIMMED: dict[str, Any] = {
     "get_device_capability": _get_device_capability,
     "get_device_properties": _get_device_properties,
     "is_bf16_supported": lambda *a, **k: True,
-    "manual_seed": lambda seed: None,
-    "manual_seed_all": lambda seed: None,
+    "manual_seed": _manual_seed,
+    "manual_seed_all": _manual_seed,
     "seed": _seed,
     "seed_all": _seed,
-    "initial_seed": lambda: torch.initial_seed(),  # the stand-ins draw from the CPU generator
+    "initial_seed": lambda: rng.GENERATOR.initial_seed(),  # the stand-ins' generator
     "get_rng_state": _get_rng_state,
-    "set_rng_state": lambda new_state, device="cuda": _decide("torch.cuda.set_rng_state"),
+    "set_rng_state": _set_rng_state,
+    "get_rng_state_all": lambda: [_get_rng_state(i) for i in range(DEVICE_COUNT)],
+    "set_rng_state_all": lambda new_states: [_set_rng_state(s) for s in new_states] and None,
     "mem_get_info": _mem_get_info,
     "memory_stats": _memory_stats,
     "memory_summary": _memory_summary,
