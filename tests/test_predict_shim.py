@@ -111,9 +111,11 @@ def test_a_pinned_dataloader_batch_uploaded_non_blocking_is_predicted_as_pinned(
     assert all(g.is_cuda for g in got) and torch.equal(unwrap(got[1]), ds.tensors[0][4:])
 
 
-#: what torch.accelerator.get_device_capability raises on a GPU with this torch: CUDA's device
-#: guard (c10/cuda/impl/CUDAGuardImpl.h of torch 2.13) does not override getDeviceCapability,
-#: so c10's DeviceGuardImplInterface default answers (TORCH_CHECK false, this message)
+#: what torch.accelerator.get_device_capability raises on a GPU: CUDA's device guard
+#: (c10/cuda/impl/CUDAGuardImpl.h of torch 2.13) does not override getDeviceCapability, so c10's
+#: DeviceGuardImplInterface default answers (TORCH_CHECK false, this message). Measured on the
+#: H200 for device 0 and for device 1 of a one-GPU machine alike, with torch 2.11.0 and 2.14.1
+#: (reports/gpu/<v>/device-apis-<v>.log, at 9024dda); torch 2.8.0 has no such function.
 NO_CUDA_CAPABILITY = "Backend doesn't support getting device capabilities."
 
 
@@ -124,7 +126,7 @@ def test_torch_accelerator_get_device_capability_answers_as_cuda_does():
     was not, so inside a block (is_available() true) it raised the CPU build's "Cannot access
     accelerator device when none is available"."""
     with predicting() as p:
-        for device in (None, 0, "cuda", "cuda:0", torch.device("cuda", 0)):
+        for device in (None, 0, 1, "cuda", "cuda:0", torch.device("cuda", 0)):
             with pytest.raises(RuntimeError) as e:
                 torch.accelerator.get_device_capability(device)
             assert str(e.value) == NO_CUDA_CAPABILITY, device
