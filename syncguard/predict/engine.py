@@ -146,6 +146,20 @@ def active(thread: int | None = None) -> Predictor | None:
     return stack[-1] if stack else None
 
 
+def decide(op: str, facts: dict | None = None) -> None:
+    """The calling thread's predictor decides ``op`` (nothing outside a block)."""
+    p = active()
+    if p is not None:
+        p.decide(op, facts or {})
+
+
+def cannot(what: str, why: str) -> None:
+    """The calling thread's predictor reports ``what`` "not predicted" (nothing outside a block)."""
+    p = active()
+    if p is not None:
+        p.cannot(what, why)
+
+
 def push(p: Predictor) -> None:
     with _lock:
         _active.setdefault(p.thread, []).append(p)

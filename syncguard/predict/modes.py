@@ -72,7 +72,6 @@ class _Collecting:
 class PredictFunctionMode(_Collecting, TorchFunctionMode):
     """Device arguments and host<->device moves, as the user wrote them."""
 
-
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         method = _tensor_method(func)
@@ -246,7 +245,6 @@ def _check_one_device(func, args, kwargs) -> None:
 
 class PredictDispatchMode(_Collecting, TorchDispatchMode):
     """Every aten op: stand-ins unwrapped, the table asked, outputs labelled again."""
-
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})

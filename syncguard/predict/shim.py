@@ -30,6 +30,7 @@ import torch
 
 from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
+from .engine import cannot as _cannot, decide as _decide
 from .tensors import FREES, saving
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
@@ -62,18 +63,6 @@ def _inside() -> bool:
     Two set/dict look-ups by thread ident: the swapped names are on hot paths."""
     ident = threading.get_ident()
     return ident in _active or ident in _pin_threads
-
-
-def _decide(op: str, facts: dict | None = None) -> None:
-    p = active()
-    if p is not None:
-        p.decide(op, facts or {})
-
-
-def _cannot(what: str, why: str) -> None:
-    p = active()
-    if p is not None:
-        p.cannot(what, why)
 
 
 def _index(device: Any) -> int:
@@ -590,8 +579,9 @@ def _acc_empty_host_cache() -> None:
 def _acc_get_device_capability(device: Any = None, /) -> dict:
     """``torch.accelerator.get_device_capability`` (a dict of supported dtypes, not
     torch.cuda's (major, minor)). On CUDA it reaches the device guard's getDeviceCapability,
-    which CUDA's guard does not override in this torch (c10/cuda/impl/CUDAGuardImpl.h), so a GPU
-    raises c10's default error; no committed GPU run called it. The device is parsed first, by
+    which CUDA's guard does not override (c10/cuda/impl/CUDAGuardImpl.h), so a GPU raises c10's
+    default error, for device 1 of a one-GPU machine too (measured on the H200 with torch 2.11.0
+    and 2.14.1: reports/gpu/<v>/device-apis-<v>.log). The device is parsed first, by
     torch.accelerator's own parser, as torch does (a "cpu" device raises its ValueError)."""
     from torch.accelerator._utils import _get_device_index
 

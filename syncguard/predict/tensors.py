@@ -90,13 +90,11 @@ class CudaStandIn(torch.Tensor):
         elem = self._sg_elem
         fn, args = elem.__reduce_ex__(proto)[:2]
         if fn is not torch._utils._rebuild_tensor_v2 or type(elem) is not torch.Tensor:
-            from .engine import active
+            from .engine import cannot
 
-            p = active()
-            if p is not None:
-                p.cannot("torch.save", "saving this kind of CUDA tensor (dtype or layout) is "
-                         "not modelled: it is written as a CPU tensor, and its copy to the host "
-                         "is not predicted")
+            cannot("torch.save", "saving this kind of CUDA tensor (dtype or layout) is not "
+                   "modelled: it is written as a CPU tensor, and its copy to the host is not "
+                   "predicted")
             return fn, args
         storage = args[0]
         storage._fake_device = torch.device("cuda", self._sg_index)
@@ -154,12 +152,10 @@ def saving(save):
 
 
 def _copy_to_host_predicted() -> None:
-    from .engine import active
+    from .engine import decide
     from .facts import copy_facts
 
-    p = active()
-    if p is not None:
-        p.decide("aten::copy_", copy_facts(True, False, None, False))
+    decide("aten::copy_", copy_facts(True, False, None, False))
 
 
 def is_standin(x) -> bool:
