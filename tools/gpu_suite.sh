@@ -3,7 +3,7 @@
 #   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison]
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
 # their ground truth, the whole tests/gpu suite, overhead and merge benchmarks, the thread stress
-# loop); core: matrix without the overhead benchmark; overhead: only that benchmark; extras: the mutation experiment, the race benchmark and the plugin's sample project
+# loop); core: matrix without the timings; overhead: only the timings (the overhead and merge benchmarks); extras: the mutation experiment, the race benchmark and the plugin's sample project
 # (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
 # the device-side row variant's first measurement; full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
@@ -37,18 +37,23 @@ if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
 fi
-# overhead: host-side timings, so a lease runs them alone on the host ("core" elsewhere, then
-# "overhead" per version one after another): 216 rounds of the cheap configurations (twice
+# overhead: host-side timings (and the merge benchmark below), so a lease runs them alone on the
+# host ("core" elsewhere, then "overhead" per version one after another): 216 rounds of the cheap
+# configurations (twice
 # the 108 of 51b50c2, whose merge cells had 95% intervals of about ±1.2%), 11 of the
 # profiler ones (~25x the loop each)
 if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = overhead ]; then
   step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 216 --profiler-rounds 11
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
+  # the merge variants' device and host times (the atlas's merge rows, the README's merge table):
+  # timings too, so here, alone on the host (9024dda's ran them in the corpus step beside another
+  # job: reports/gpu/LEASE-9024dda.md)
+  step "merge-split-$ver" $py bench/bench_merge.py --split --out "$out/merge-split-$ver.json"
 fi
 if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
   # what torch's device APIs answer here: the one-GPU truth of tests/test_predict_shim.py
   step "device-apis-$ver" $py tools/probe_device_apis.py
-  step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out" --with-merge-bench
+  step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out"
   # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):
   # 6 processes bare, 6 audited with the default detectors, exit codes counted
   step "stress-threads-$ver" bash -c 'for m in bare audit; do for i in 1 2 3 4 5 6; do
