@@ -281,6 +281,73 @@ def test_torch_save_of_standins_predicts_a_copy_to_the_host_per_storage_and_load
             torch.load(checkpoint)
 
 
+#: what the checkpoint below holds: one storage shared by "x" and "view", the Linear's weight
+#: and bias, and one host tensor; a GPU restores each CUDA storage onto the device once
+LOAD_UPLOADS = 3
+
+
+def test_torch_load_of_cuda_storages_inside_a_block_gives_standins_and_predicts_the_uploads():
+    """Found by a reviewer: torch.load without map_location inside a block failed ("Storage
+    device not recognized: cuda") for a file holding CUDA tensors. On a GPU (the H200 run:
+    "save/load of a CUDA tensor -> device(type='cuda', index=0)" for 2.8.0, 2.11.0, 2.14.1),
+    torch.load restores each storage filed under cuda:0 onto cuda:0, uploading it from the
+    pageable host memory it was read into by a blocking copy, once per storage however many
+    tensors share it (the measured to_cuda_pageable_blocking upload); Parameters stay
+    Parameters. map_location="cpu" gives host tensors with no copy, and cuda:1 raises what torch
+    raises on a one-GPU machine; outside the block, torch's own behaviour is unchanged."""
+    import io
+
+    data = torch.arange(4.0)
+    with predicting("2.14.1") as p:
+        model = torch.nn.Linear(3, 2).cuda()
+        weight = model.weight.detach().cpu()
+        x = data.to("cuda")
+        checkpoint, whole = io.BytesIO(), io.BytesIO()
+        torch.save({"x": x, "view": x[1:], "model": model.state_dict(), "host": data},
+                   checkpoint)
+        torch.save(model, whole)
+        checkpoint.seek(0)
+        before = len(p.syncs)
+        loaded = torch.load(checkpoint)
+        uploads = [e.kind for e in p.syncs[before:]]
+        devices = {k: str(t.device) for k, t in
+                   [("x", loaded["x"]), ("view", loaded["view"]), ("host", loaded["host"]),
+                    *loaded["model"].items()]}
+        assert torch.equal(loaded["x"].cpu(), data) and torch.equal(loaded["view"].cpu(),
+                                                                    data[1:])
+        assert torch.equal(loaded["model"]["weight"].cpu(), weight)
+        loaded["x"].mul_(2)  # the view shares the storage on the device, as on a GPU
+        assert loaded["view"].cpu().tolist() == [2.0, 4.0, 6.0]
+        whole.seek(0)
+        again = torch.load(whole, weights_only=False)
+        param = again.weight
+        for location in ("cuda", "cuda:0", torch.device("cuda")):
+            checkpoint.seek(0)
+            assert torch.load(checkpoint, map_location=location)["host"].is_cuda
+        checkpoint.seek(0)
+        before = len(p.syncs)
+        on_host = torch.load(checkpoint, map_location="cpu")
+        host_copies = len(p.syncs) - before
+        checkpoint.seek(0)
+        with pytest.raises(RuntimeError, match="CUDA device 1 but torch.cuda.device_count"):
+            torch.load(checkpoint, map_location="cuda:1")
+    assert uploads == measured("2.14.1", "to_cuda_pageable_blocking") * LOAD_UPLOADS
+    assert devices == {"x": "cuda:0", "view": "cuda:0", "host": "cpu", "weight": "cuda:0",
+                       "bias": "cuda:0"}
+    assert isinstance(loaded["x"], CudaStandIn) and not isinstance(loaded["host"], CudaStandIn)
+    assert isinstance(param, torch.nn.Parameter) and param.is_cuda and param.requires_grad
+    assert type(on_host["x"]) is torch.Tensor and on_host["x"].device.type == "cpu"
+    assert torch.equal(on_host["x"], data) and host_copies == 0
+    assert not p.unmodelled, p.format()
+    checkpoint.seek(0)
+    outside = torch.load(checkpoint, map_location="cpu")
+    assert type(outside["x"]) is torch.Tensor and torch.equal(outside["x"], data)
+    if not torch.cuda.is_available():  # outside a block, torch's own answer on a CPU build
+        checkpoint.seek(0)
+        with pytest.raises(RuntimeError, match="deserialize object on a CUDA device"):
+            torch.load(checkpoint)
+
+
 def test_region_report_is_a_labelled_report():
     from syncguard.predict import region_report
 

@@ -31,7 +31,7 @@ import torch
 from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .engine import cannot as _cannot, decide as _decide
-from .tensors import FREES, saving
+from .tensors import FREES, loading, rebuilding, saving
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY", "AUTOCAST_WHY"]
@@ -764,8 +764,9 @@ def _autocast_enter(original: Any) -> Any:
 def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
-    on a thread of its own, inside by its own rule; ``torch.Generator`` and ``torch.compile``
-    ask ``_inside`` themselves; the grouping only relabels stand-ins, which torch's own
+    on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile`` and
+    ``torch.load`` ask ``_inside`` themselves (``torch._utils._rebuild_tensor`` changes only
+    tensors on storages a block's ``torch.load`` restored to CUDA); the grouping only relabels stand-ins, which torch's own
     grouping cannot tell from CPU tensors, so it is the same for every thread."""
     import torch.cuda.memory
     import torch.cuda.nvtx
@@ -779,8 +780,13 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
         out.append(_answering_per_thread(
             acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
     out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
+    import torch.serialization
+
+    load = loading(torch.serialization.load, _inside)
     out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile),
-                        "save": saving(torch.save)}))
+                        "save": saving(torch.save), "load": load}))
+    out.append((torch.serialization, {"load": load}))
+    out.append((torch._utils, {"_rebuild_tensor": rebuilding(torch._utils._rebuild_tensor)}))
     autocast = torch.amp.autocast_mode.autocast
     out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
     out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
