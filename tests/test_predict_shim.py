@@ -327,6 +327,42 @@ def test_cuda_autocast_is_not_predicted_because_its_dtypes_differ_from_a_gpu():
     assert "not predicted" in (p.to_report().reason or "")
 
 
+def test_cuda_autocast_turned_on_directly_is_not_predicted_either():
+    """Found by a reviewer: torch.set_autocast_enabled("cuda", True), called directly rather
+    than through torch.autocast, turns on the same CUDA autocast, which the stand-ins' CPU
+    kernels never reach (a GPU would compute the matmul in float16), yet the block was predicted
+    clean. Both forms this torch takes are caught, (device_type, enabled) and the legacy
+    (enabled), which means CUDA; CPU autocast and turning it off are left alone, torch.autocast
+    is still reported once per entry, and outside a block the call is torch's own."""
+    with predicting() as p:
+        a = torch.ones(2, 2, device="cuda")
+        try:
+            torch.set_autocast_enabled("cuda", True)
+            a @ a
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_enabled(True)
+            a @ a
+            torch.set_autocast_enabled(False)
+            torch.set_autocast_enabled(device_type="cuda", enabled=True)
+            with torch.autocast("cuda"):  # nested: its exit restores "on", no second report
+                a @ a
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_enabled("cpu", True)
+            torch.set_autocast_enabled("cpu", False)
+        finally:
+            torch.set_autocast_enabled("cuda", False)
+            torch.set_autocast_enabled("cpu", False)
+    assert [u.what for u in p.unmodelled] == ["torch.set_autocast_enabled"] * 3 + [
+        "torch.autocast"], p.format()
+    assert all("autocast" in u.why and "float16" in u.why for u in p.unmodelled)
+    assert "not predicted" in (p.to_report().reason or "")
+    torch.set_autocast_enabled("cuda", True)  # outside: torch's own, nothing to report to
+    try:
+        assert torch.is_autocast_enabled("cuda")
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+
+
 # ---------------------------------------------------------------------------------------------
 # One device: cuda:1 does not exist
 

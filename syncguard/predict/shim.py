@@ -22,6 +22,7 @@ import contextlib
 import functools
 import itertools
 import os
+import sys
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -761,6 +762,35 @@ def _autocast_enter(original: Any) -> Any:
     return enter
 
 
+_AUTOCAST_MODE = os.path.join("torch", "amp", "autocast_mode.py")
+
+
+def _set_autocast_enabled(original: Any) -> Any:
+    """``torch.set_autocast_enabled`` called directly: turning CUDA autocast on does to the
+    stand-ins what ``torch.autocast("cuda")`` does (nothing, where a GPU changes dtypes), so a
+    thread inside a block is told the same "not predicted" (``AUTOCAST_WHY``). This torch takes
+    ``(device_type, enabled)`` and the legacy ``(enabled)``, which means CUDA. Calls from
+    torch's autocast class are left to ``_autocast_enter`` (its ``__enter__`` sets the flag, and
+    its ``__exit__`` restores a state already reported), CPU autocast and turning it off are no
+    CUDA autocast, and other threads get torch's own function unchanged."""
+
+    @functools.wraps(original)
+    def set_enabled(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)  # torch's own checks and errors first
+        if _inside() and not sys._getframe(1).f_code.co_filename.endswith(_AUTOCAST_MODE):
+            if args and isinstance(args[0], str):
+                device, rest = args[0], args[1:]
+            else:
+                device, rest = kwargs.get("device_type", "cuda"), args
+            enabled = rest[0] if rest else kwargs.get("enabled")
+            if device == "cuda" and enabled:
+                dtype = str(torch.get_autocast_dtype("cuda")).replace("torch.", "")
+                _cannot("torch.set_autocast_enabled", AUTOCAST_WHY.format(dtype=dtype))
+        return out
+
+    return set_enabled
+
+
 def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
@@ -789,6 +819,8 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     out.append((torch._utils, {"_rebuild_tensor": rebuilding(torch._utils._rebuild_tensor)}))
     autocast = torch.amp.autocast_mode.autocast
     out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
+    out.append((torch, {"set_autocast_enabled": _set_autocast_enabled(
+        torch.set_autocast_enabled)}))
     out.append((torch._C, {"_group_tensors_by_device_and_dtype": _grouping(
         torch._C._group_tensors_by_device_and_dtype)}))
     return out
