@@ -110,12 +110,15 @@ class CodeScope:
     #: and in the ini reads the same to the gate
     text: str = ""
     source: str = ""  # where the scope was given (a flag, an ini key and file); "" by default
-    shown: str = ""  # the text with its source, for people; "" when the same as the text
 
     @property
     def described(self) -> str:
-        """The scope for a summary line or a note: the text with where it was given."""
-        return self.shown or self.text
+        """The scope for a summary line or a note: the text with where it was given, after the
+        entries and before what is ignored."""
+        if not self.source:
+            return self.text
+        entries, sep, ignored = self.text.partition(IGNORING)
+        return f"{entries} ({self.source}){sep}{ignored}"
 
     def contains(self, filename: str) -> bool:
         """Whether a frame in ``filename`` is inside the scope (the most specific path decides)."""
@@ -264,12 +267,14 @@ def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,
                          text=base.text + _ignore_text(ignore))
     include = tuple(p for e in scope for p in _locate(e, rootdir, scope_from or where))
     return CodeScope(include, ignored, (), _stdlib(),
-                     text=", ".join(scope) + _ignore_text(ignore), source=scope_from or where,
-                     shown=f"{', '.join(scope)} ({scope_from or where})" + _ignore_text(ignore))
+                     text=", ".join(scope) + _ignore_text(ignore), source=scope_from or where)
+
+
+IGNORING = "; ignoring "  # what a scope's text says before the names it leaves out
 
 
 def _ignore_text(ignore: Sequence[str]) -> str:
-    return f"; ignoring {', '.join(ignore)}" if ignore else ""
+    return f"{IGNORING}{', '.join(ignore)}" if ignore else ""
 
 
 def _is_package(path: Path) -> bool:

@@ -26,6 +26,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .codescope import IGNORING
+
 __all__ = ["collect", "code_digest", "git_state", "hypothesis_state", "code_identity",
            "detectors_used", "code_scope", "scope_key",
            "describe"]
@@ -149,7 +151,7 @@ def scope_key(text: str) -> str:
     """A scope text as the gate compares it: an older report's (or baseline's) text for a given
     scope, ``"src (--syncguard-scope)"``, reads as the ``"src"`` a report records now, so that
     a baseline written before the report stopped naming a source does not see a change."""
-    head, sep, tail = text.partition("; ignoring ")
+    head, sep, tail = text.partition(IGNORING)
     return head.removesuffix(_OLD_SOURCE) + sep + tail
 
 
