@@ -32,7 +32,7 @@ import torch
 from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .engine import cannot as _cannot, decide as _decide
-from .tensors import FREES, loading, rebuilding, saving
+from .tensors import FREES, rebuilding, restoring, saving
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY", "AUTOCAST_WHY"]
@@ -795,9 +795,10 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
     on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile`` and
-    ``torch.load`` ask ``_inside`` themselves (``torch._utils._rebuild_tensor`` changes only
-    tensors on storages a block's ``torch.load`` restored to CUDA); the grouping only relabels stand-ins, which torch's own
-    grouping cannot tell from CPU tensors, so it is the same for every thread."""
+    ``torch.load``'s restore location ask ``_inside`` themselves (``torch._utils._rebuild_tensor``
+    changes only tensors on storages a block's ``torch.load`` restored to CUDA); the grouping
+    only relabels stand-ins, which torch's own grouping cannot tell from CPU tensors, so it is
+    the same for every thread."""
     import torch.cuda.memory
     import torch.cuda.nvtx
     import torch.utils.data._utils.pin_memory as pin
@@ -810,12 +811,12 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
         out.append(_answering_per_thread(
             acc, {k: v for k, v in ACCELERATOR_SHIMMED.items() if hasattr(acc, k)}))
     out.append((pin, {"_pin_memory_loop": _pinning(pin._pin_memory_loop)}))
-    import torch.serialization
+    import torch.serialization as serialization
 
-    load = loading(torch.serialization.load, _inside)
     out.append((torch, {"Generator": _generator_class(), "compile": _compile(torch.compile),
-                        "save": saving(torch.save), "load": load}))
-    out.append((torch.serialization, {"load": load}))
+                        "save": saving(torch.save)}))
+    out.append((serialization, {"default_restore_location": restoring(
+        serialization.default_restore_location, _inside)}))
     out.append((torch._utils, {"_rebuild_tensor": rebuilding(torch._utils._rebuild_tensor)}))
     autocast = torch.amp.autocast_mode.autocast
     out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
@@ -857,8 +858,9 @@ def install() -> None:
         # sets .data, which a wrapper subclass cannot take, and new Parameter objects would
         # leave an optimizer built before the move training the old ones. Swapping keeps each
         # Parameter object (and its identity), as torch's own _apply does for tensor
-        # subclasses, and as .data does on a GPU; torch sets INDUCTOR_CACHE while a function mode first imports torch._dynamo, and
-        # every subprocess the program starts afterwards would inherit it.
+        # subclasses, and as .data does on a GPU. And torch sets INDUCTOR_CACHE while a function
+        # mode first imports torch._dynamo, and every subprocess the program starts afterwards
+        # would inherit it.
         _saved_state["swap"] = torch.__future__.get_swap_module_params_on_conversion()
         _saved_state["env"] = os.environ.get(INDUCTOR_CACHE)
         torch.__future__.set_swap_module_params_on_conversion(True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
 import threading
 import weakref
 
@@ -151,33 +152,18 @@ def saving(save):
     return wrapper
 
 
-def loading(load, inside):
-    """``torch.load`` for a thread ``inside()`` a block: storages a GPU would restore onto
-    ``cuda:<N>`` come back as stand-ins on ``cuda:<N>`` (see ``_restore``); for every other
-    thread, torch's own, untouched."""
-
-    @functools.wraps(load)
-    def wrapper(f, map_location=None, *args, **kwargs):
-        if not inside():
-            return load(f, map_location, *args, **kwargs)
-        return load(f, _restore(map_location), *args, **kwargs)
-
-    return wrapper
-
-
 def _cuda_target(location) -> bool:
     """Whether torch's registry restores to ``location`` by its CUDA deserializer (the test of
     ``torch.serialization._deserialize``)."""
-    import re
-
     return isinstance(location, str) and (location == "cuda"
                                           or bool(re.match("cuda(:|[0-9]+)", location)))
 
 
-def _restore(map_location):
-    """A ``map_location`` callable that resolves the target as torch does for
-    ``map_location`` (None: the saved tag; a string or device; a dict of tags; a callable whose
-    None falls back to the saved tag), and where the target is a CUDA device, does what the GPU
+def restoring(restore, inside):
+    """``torch.serialization.default_restore_location``, where ``torch.load`` hands each storage
+    with the target its ``map_location`` resolved to (torch's own ``_get_restore_location``:
+    None is the saved tag; a string, a device or a dict of tags; a callable's None falls back to
+    the saved tag). For a thread ``inside()`` a block and a CUDA target it does what the GPU
     does there without the device: torch validates the device (``_validate_device``, answered
     by the shimmed ``torch.cuda``, so ``cuda:1`` raises what a one-GPU machine raises), then
     ``storage.to(device)`` copies the storage from the pageable host memory it was read into to
@@ -185,36 +171,27 @@ def _restore(map_location):
     many tensors share it). That copy is predicted by the measured rule of the same upload
     elsewhere (``aten::_to_copy``, h2d, pageable, blocking: what ``.to("cuda")`` of a pageable
     tensor is decided as); the storage stays on the CPU, tagged with the index, and
-    ``_rebuild_tensor`` turns each tensor built on it into a stand-in."""
+    ``_rebuild_tensor`` turns each tensor built on it into a stand-in. Every other call is
+    torch's own."""
     import torch.serialization as serialization
 
-    def restore(storage, location):
-        if isinstance(map_location, dict):
-            target = map_location.get(location, location)
-        elif isinstance(map_location, torch.device):
-            target = str(map_location)
-        elif map_location is None or isinstance(map_location, (str, bytes)):
-            target = location if map_location is None else map_location
-        else:
-            result = map_location(storage, location)
-            if result is not None:
-                return result
-            target = location
-        if not _cuda_target(target):
-            return serialization.default_restore_location(storage, target)
-        device = serialization._validate_device(target, "cuda")
+    @functools.wraps(restore)
+    def wrapper(storage, location):
+        if not inside() or not _cuda_target(location):
+            return restore(storage, location)
+        device = serialization._validate_device(location, "cuda")
         _copy_to_device_predicted()
         storage._sg_cuda_index = device.index or 0
         return storage
 
-    return restore
+    return wrapper
 
 
 def rebuilding(rebuild):
     """``torch._utils._rebuild_tensor``, which every tensor rebuild of ``torch.load`` (weights
     only or not, ``_rebuild_tensor_v2`` and kin) goes through: a tensor on a storage that
-    ``_restore`` put on ``cuda:<N>`` is a stand-in on ``cuda:<N>`` (a Parameter rebuilt from it
-    is then a Parameter stand-in, as ``Module.cuda()`` makes). Only storages ``_restore`` tagged
+    ``restoring`` put on ``cuda:<N>`` is a stand-in on ``cuda:<N>`` (a Parameter rebuilt from it
+    is then a Parameter stand-in, as ``Module.cuda()`` makes). Only storages ``restoring`` tagged
     differ, so other callers and threads get torch's own result."""
 
     @functools.wraps(rebuild)
