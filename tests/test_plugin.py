@@ -1112,12 +1112,14 @@ def test_a_usage_error_after_the_prediction_opened_leaves_torch_as_it_was(pytest
     failed, and the outer process went on making "CUDA" tensors on a CPU build."""
     is_available = torch.cuda.is_available
     swap = torch.__future__.get_swap_module_params_on_conversion()
+    asked = torch.nn.modules.module.is_traceable_wrapper_subclass
     (pytester.path / "a-file").write_text("")
     pytester.makepyfile(test_a="def test_a(): pass")
     res = run("--syncguard", "--syncguard-predict", "--syncguard-report=a-file/r.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert torch.cuda.is_available is is_available
     assert torch.__future__.get_swap_module_params_on_conversion() == swap
+    assert torch.nn.modules.module.is_traceable_wrapper_subclass is asked
     if not is_available():  # a CPU build makes no CUDA tensor, stand-in or not
         with pytest.raises((AssertionError, RuntimeError)):
             torch.ones(2, device="cuda")

@@ -248,6 +248,33 @@ def test_module_cuda_after_the_optimizer_is_built_keeps_the_parameters_it_trains
     assert not p.unmodelled, p.format()
 
 
+def _convert_while_a_graph_holds_the_parameters() -> tuple[str, torch.dtype, float]:
+    """A CPU module converted to double between its forward and its backward, as torch allows:
+    ``Module._apply`` sets ``.data``, and the graph keeps the float tensors it saved."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    x = torch.randn(4, 3)
+    loss = model(x).square().sum()
+    try:
+        model.double()
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}", model.weight.dtype, 0.0
+    loss.backward()
+    return "converted", model.weight.dtype, float(loss)
+
+
+def test_a_cpu_module_converted_while_a_graph_holds_it_behaves_as_without_syncguard():
+    """Found by a reviewer: the shim turned on torch's process-wide swap setting for every
+    ``Module._apply`` in a block, so ``m.double()`` on a CPU module whose parameters a graph still
+    held raised "_apply(): Couldn't swap Linear.weight" where torch converts it. Only a
+    conversion into stand-ins needs the swap (``Module.cuda()`` keeping each Parameter)."""
+    bare = _convert_while_a_graph_holds_the_parameters()
+    assert bare[:2] == ("converted", torch.float64)  # torch's own behaviour, without syncguard
+    with predicting():
+        inside = _convert_while_a_graph_holds_the_parameters()
+    assert inside == bare
+
+
 def test_torch_save_of_standins_predicts_a_copy_to_the_host_per_storage_and_loads():
     """Found by a reviewer: torch.save of stand-ins was predicted clean and the file did not
     load. On a GPU, torch.save copies each CUDA storage to pageable host memory (a blocking
@@ -380,15 +407,20 @@ def test_a_prediction_leaves_the_inductor_cache_variable_as_it_found_it():
 
 
 def test_overlapping_blocks_on_two_threads_keep_module_cuda_working_and_restore_the_flag():
-    """Found by a helper: the torch.__future__ flag that Module.cuda() needs inside a block
-    (then overwrite_module_params_on_conversion, now swap_module_params_on_conversion) was saved
-    and put back per block while the torch.cuda swap is shared, so when thread A's block closed
-    while thread B's was open, B's Module.cuda() left the weights on the CPU, and after both
-    closed the flag stayed True. Events force A open, B open, A close, B uses, B close."""
+    """Found by a helper: the torch.__future__ flag that Module.cuda() needed inside a block
+    (then overwrite_module_params_on_conversion, later swap_module_params_on_conversion; now
+    ``Module._apply``'s subclass question, swapped with the shim's names) was saved and put back
+    per block while the torch.cuda swap is shared, so when thread A's block closed while thread
+    B's was open, B's Module.cuda() left the weights on the CPU, and after both closed the flag
+    stayed True. Events force A open, B open, A close, B uses, B close."""
+    import torch.nn.modules.module as module
+
     before = torch.__future__.get_swap_module_params_on_conversion()
+    asked = module.is_traceable_wrapper_subclass
     device = overlapping(predicting, lambda: torch.nn.Linear(2, 2).cuda().weight.device)
     assert device.type == "cuda"
     assert torch.__future__.get_swap_module_params_on_conversion() == before
+    assert module.is_traceable_wrapper_subclass is asked
 
 
 @pytest.mark.parametrize("op", ["x + c", "torch.mm(c, x)", "c.add_(x)", "Linear(4, 2)(c)"])

@@ -32,7 +32,7 @@ import torch
 from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .engine import cannot as _cannot, decide as _decide
-from .tensors import FREES, rebuilding, restoring, saving
+from .tensors import FREES, rebuilding, restoring, saving, swapping
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY", "AUTOCAST_WHY"]
@@ -797,7 +797,8 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile`` and
     ``torch.load``'s restore location ask ``_inside`` themselves (``torch._utils._rebuild_tensor``
     changes only tensors on storages a block's ``torch.load`` restored to CUDA); the grouping
-    only relabels stand-ins, which torch's own grouping cannot tell from CPU tensors, so it is
+    only relabels stand-ins, which torch's own grouping cannot tell from CPU tensors, and
+    ``Module._apply``'s subclass question answers differently only for stand-ins, so both are
     the same for every thread."""
     import torch.cuda.memory
     import torch.cuda.nvtx
@@ -818,6 +819,10 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     out.append((serialization, {"default_restore_location": restoring(
         serialization.default_restore_location, _inside)}))
     out.append((torch._utils, {"_rebuild_tensor": rebuilding(torch._utils._rebuild_tensor)}))
+    import torch.nn.modules.module as module
+
+    out.append((module, {"is_traceable_wrapper_subclass": swapping(
+        module.is_traceable_wrapper_subclass)}))
     autocast = torch.amp.autocast_mode.autocast
     out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
     out.append((torch, {"set_autocast_enabled": _set_autocast_enabled(
@@ -854,16 +859,9 @@ def install() -> None:
             raise
         # Process-wide state, saved with the names (first install) and put back with them (last
         # uninstall): per block, one thread's exit undid it under another thread's open block.
-        # Module.cuda()/.to("cuda") must turn Parameters into stand-ins in place: the default
-        # sets .data, which a wrapper subclass cannot take, and new Parameter objects would
-        # leave an optimizer built before the move training the old ones. Swapping keeps each
-        # Parameter object (and its identity), as torch's own _apply does for tensor
-        # subclasses, and as .data does on a GPU. And torch sets INDUCTOR_CACHE while a function
-        # mode first imports torch._dynamo, and every subprocess the program starts afterwards
-        # would inherit it.
-        _saved_state["swap"] = torch.__future__.get_swap_module_params_on_conversion()
+        # torch sets INDUCTOR_CACHE while a function mode first imports torch._dynamo, and every
+        # subprocess the program starts afterwards would inherit it.
         _saved_state["env"] = os.environ.get(INDUCTOR_CACHE)
-        torch.__future__.set_swap_module_params_on_conversion(True)
 
 
 def _restore_names() -> None:
@@ -884,7 +882,6 @@ def uninstall() -> None:
         if _depth > 0:
             return
         _restore_names()
-        torch.__future__.set_swap_module_params_on_conversion(_saved_state.pop("swap"))
         env = _saved_state.pop("env")
         if env is None:
             os.environ.pop(INDUCTOR_CACHE, None)

@@ -203,6 +203,24 @@ def rebuilding(rebuild):
     return wrapper
 
 
+def swapping(is_subclass):
+    """``torch.nn.modules.module.is_traceable_wrapper_subclass``, which ``Module._apply`` asks
+    of each converted parameter: true for a stand-in. torch then swaps the stand-in into the
+    Parameter object (``torch.utils.swap_tensors``), as it does for its own tensor subclasses,
+    so ``Module.cuda()`` keeps each Parameter, and an optimizer built before the move trains the
+    moved weights, as ``.data`` does on a GPU (a wrapper subclass cannot take ``.data``). Every
+    other conversion keeps torch's own path: ``m.double()`` of a CPU module whose parameters a
+    graph still holds sets ``.data`` as without syncguard, where torch's process-wide swap
+    setting would poison that graph. Only stand-ins answer differently, so every thread gets
+    the same answer."""
+
+    @functools.wraps(is_subclass)
+    def wrapper(t):
+        return isinstance(t, CudaStandIn) or is_subclass(t)
+
+    return wrapper
+
+
 def _copy_to_device_predicted() -> None:
     from .engine import decide
     from .facts import copy_facts
