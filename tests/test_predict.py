@@ -375,6 +375,62 @@ def test_torch_load_of_cuda_storages_inside_a_block_gives_standins_and_predicts_
             torch.load(checkpoint)
 
 
+def test_torch_load_with_a_map_location_that_calls_storage_cuda_gives_standins():
+    """Found by a reviewer: the old checkpoint idiom ``map_location=lambda s, loc: s.cuda()``
+    raised inside a block on a CPU build ("Torch not compiled with CUDA enabled"). On a GPU,
+    ``UntypedStorage.cuda()`` copies the storage torch.load read into pageable host memory to
+    the device, a blocking upload per storage, the host tensor's storage included (the callable
+    decides every storage); ``.cuda()`` of a storage already there copies nothing, and
+    ``.cuda(1)`` fails on a one-GPU machine as selecting that device fails (the H200 runs of
+    ``tools/probe_device_apis.py``: "storage.cuda(1) in map_location"). Outside the block,
+    torch's own behaviour."""
+    import io
+
+    data = torch.arange(4.0)
+    host_only = io.BytesIO()
+    torch.save({"host": data}, host_only)
+    without_syncguard = _load_moving_storages(host_only)
+    with predicting("2.14.1") as p:
+        x = data.to("cuda")
+        checkpoint = io.BytesIO()
+        torch.save({"x": x, "view": x[1:], "model": torch.nn.Linear(3, 2).cuda().state_dict(),
+                    "host": data}, checkpoint)
+        checkpoint.seek(0)
+        before = len(p.syncs)
+        loaded = torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda())
+        uploads = [e.kind for e in p.syncs[before:]]
+        devices = {k: str(t.device) for k, t in
+                   [("x", loaded["x"]), ("view", loaded["view"]), ("host", loaded["host"]),
+                    *loaded["model"].items()]}
+        values = (loaded["x"].cpu().tolist(), loaded["view"].cpu().tolist(),
+                  loaded["host"].cpu().tolist())
+        checkpoint.seek(0)
+        before = len(p.syncs)
+        twice = torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda().cuda(0))
+        again = len(p.syncs) - before
+        checkpoint.seek(0)
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda(1))
+    assert uploads == measured("2.14.1", "to_cuda_pageable_blocking") * (LOAD_UPLOADS + 1)
+    assert devices == {"x": "cuda:0", "view": "cuda:0", "host": "cuda:0", "weight": "cuda:0",
+                       "bias": "cuda:0"}
+    assert values == ([0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0])
+    assert again == LOAD_UPLOADS + 1 and all(isinstance(t, CudaStandIn) for t in
+                                             (twice["x"], twice["host"]))
+    assert not p.unmodelled, p.format()
+    assert _load_moving_storages(host_only) == without_syncguard
+
+
+def _load_moving_storages(checkpoint) -> str:
+    """What ``torch.load`` with ``storage.cuda()`` in ``map_location`` gives, or raises."""
+    checkpoint.seek(0)
+    try:
+        loaded = torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda())
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return f"{type(e).__name__}: {e}"
+    return str({k: str(v.device) for k, v in loaded.items() if isinstance(v, torch.Tensor)})
+
+
 def test_region_report_is_a_labelled_report():
     from syncguard.predict import region_report
 

@@ -45,6 +45,12 @@ CALLS = [
     ("accelerator.get_device_capability(1)", "A.get_device_capability(1)"),
     ("save/load of a CUDA tensor", "(lambda b: (torch.save(x, b), b.seek(0), "
                                    "torch.load(b).device)[2])(__import__('io').BytesIO())"),
+    ("storage.cuda() in map_location", "(lambda b: (torch.save({'x': x, 'h': x.cpu()}, b), b.seek(0), "
+                                       "{k: v.device for k, v in torch.load(b, map_location=lambda s, l: "
+                                       "s.cuda()).items()})[2])(__import__('io').BytesIO())"),
+    ("storage.cuda(1) in map_location", "(lambda b: (torch.save(x, b), b.seek(0), torch.load("
+                                        "b, map_location=lambda s, l: s.cuda(1)))[2])(__import__('io').BytesIO())"),
+    ("storage.cuda().cuda(0) is itself", "(lambda s: s.cuda(0) is s)(torch.ones(2).untyped_storage().cuda())"),
 ]
 
 

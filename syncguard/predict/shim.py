@@ -32,7 +32,7 @@ import torch
 from . import rng
 from .engine import DEVICE_COUNT, _active, active, check_ordinal
 from .engine import cannot as _cannot, decide as _decide
-from .tensors import FREES, rebuilding, restoring, saving, swapping
+from .tensors import FREES, moving, rebuilding, restoring, saving, swapping
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
            "ACCELERATOR_SHIMMED", "GRAPHS_WHY", "AUTOCAST_WHY"]
@@ -795,7 +795,7 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
     on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile`` and
-    ``torch.load``'s restore location ask ``_inside`` themselves (``torch._utils._rebuild_tensor``
+    ``torch.load``'s restore location and a storage's move to CUDA ask ``_inside`` themselves (``torch._utils._rebuild_tensor``
     changes only tensors on storages a block's ``torch.load`` restored to CUDA); the grouping
     only relabels stand-ins, which torch's own grouping cannot tell from CPU tensors, and
     ``Module._apply``'s subclass question answers differently only for stand-ins, so both are
@@ -819,6 +819,7 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
     out.append((serialization, {"default_restore_location": restoring(
         serialization.default_restore_location, _inside)}))
     out.append((torch._utils, {"_rebuild_tensor": rebuilding(torch._utils._rebuild_tensor)}))
+    out.append((torch.storage, {"_to": moving(torch.storage._to, _inside)}))
     import torch.nn.modules.module as module
 
     out.append((module, {"is_traceable_wrapper_subclass": swapping(

@@ -101,7 +101,7 @@ class CudaStandIn(torch.Tensor):
         storage._fake_device = torch.device("cuda", self._sg_index)
         key = storage._untyped_storage._cdata
         if saved is None or key not in saved:
-            _copy_to_host_predicted()
+            _copy_predicted("aten::copy_", False)
             if saved is not None:
                 saved.add(key)
         args = (storage, args[1], args[2], args[3], self.requires_grad and not self.__dict__.get(
@@ -180,7 +180,7 @@ def restoring(restore, inside):
         if not inside() or not _cuda_target(location):
             return restore(storage, location)
         device = serialization._validate_device(location, "cuda")
-        _copy_to_device_predicted()
+        _copy_predicted("aten::_to_copy", True)
         storage._sg_cuda_index = device.index or 0
         return storage
 
@@ -221,18 +221,43 @@ def swapping(is_subclass):
     return wrapper
 
 
-def _copy_to_device_predicted() -> None:
+def _copy_predicted(op: str, to_device: bool, non_blocking: bool = False) -> None:
+    """Decide a copy between pageable host memory and the device that a storage (not a tensor
+    op the dispatch mode sees) makes."""
     from .engine import decide
     from .facts import copy_facts
 
-    decide("aten::_to_copy", copy_facts(False, True, None, False))
+    decide(op, copy_facts(not to_device, to_device, None, non_blocking))
 
 
-def _copy_to_host_predicted() -> None:
-    from .engine import decide
-    from .facts import copy_facts
+def moving(to, inside):
+    """``torch.storage._to``, which ``UntypedStorage.cuda()``/``.to(device=...)`` (and a typed
+    storage's, through its untyped one) call: the old checkpoint idiom
+    ``torch.load(f, map_location=lambda s, loc: s.cuda())`` lands here. For a thread ``inside()``
+    a block, a CPU storage going to CUDA does what torch's ``_to`` does on a GPU, without the
+    device: it selects the device (``torch.cuda.device``, the shim's, so ``cuda:1`` raises what
+    a one-GPU machine raises), copies the storage from pageable host memory (a storage
+    ``copy_``, h2d, blocking unless ``non_blocking``: predicted by the measured rule of the same
+    upload of a tensor, as ``restoring`` predicts its upload), and gives a new storage, on the CPU here, tagged with the
+    index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as stand-ins. A
+    storage already tagged for that device is returned as it is, as torch returns a storage
+    already on its device. Only ``torch.load``'s rebuild reads the tag: a storage moved outside
+    it still reports the CPU as its device. Every other call is torch's own."""
 
-    decide("aten::copy_", copy_facts(True, False, None, False))
+    @functools.wraps(to)
+    def wrapper(self, device, non_blocking=False):
+        if not inside() or device.type != "cuda" or self.device.type != "cpu":
+            return to(self, device, non_blocking)
+        with torch.cuda.device(device):
+            index = torch.cuda.current_device()
+        if getattr(self, "_sg_cuda_index", None) == index:
+            return self
+        _copy_predicted("aten::_to_copy", True, non_blocking)
+        moved = self.clone()
+        moved._sg_cuda_index = index
+        return moved
+
+    return wrapper
 
 
 def is_standin(x) -> bool:
