@@ -654,6 +654,37 @@ def manual_seed(s):
     __import__("torch").manual_seed(0)  # CALL
 
 
+# --- checkpoints: torch.save / torch.load of CUDA tensors -----------------------------------
+def _checkpoint(s):
+    """A checkpoint of two CUDA tensors on two storages, read from the start by each run."""
+    import io
+
+    import torch
+
+    if not hasattr(s, "checkpoint"):
+        s.checkpoint = io.BytesIO()
+        torch.save({"x": s.x, "small": s.small}, s.checkpoint)
+    s.checkpoint.seek(0)
+
+
+@snippet("checkpoints")
+def torch_save(s):
+    """torch.save of two CUDA tensors (each storage is copied to the host)"""
+    __import__("torch").save({"x": s.x, "small": s.small}, __import__("io").BytesIO())  # CALL
+
+
+@snippet("checkpoints", setup=_checkpoint)
+def torch_load(s):
+    """torch.load of a checkpoint of CUDA tensors, each restored to its saved device"""
+    __import__("torch").load(s.checkpoint)  # CALL
+
+
+@snippet("checkpoints", setup=_checkpoint)
+def torch_load_storage_cuda(s):
+    """torch.load(f, map_location=lambda storage, loc: storage.cuda()), the older idiom"""
+    __import__("torch").load(s.checkpoint, map_location=lambda st, loc: st.cuda())  # CALL
+
+
 # =============================================================================================
 # The project's own patterns (cases/): every merge variant with and without deterministic
 # mode, and the CPU-path batching. Kept apart from LIBRARY (they are not torch library code);
