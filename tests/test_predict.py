@@ -380,10 +380,12 @@ def test_torch_load_with_a_map_location_that_calls_storage_cuda_gives_standins()
     raised inside a block on a CPU build ("Torch not compiled with CUDA enabled"). On a GPU,
     ``UntypedStorage.cuda()`` copies the storage torch.load read into pageable host memory to
     the device, a blocking upload per storage, the host tensor's storage included (the callable
-    decides every storage); ``.cuda()`` of a storage already there copies nothing, and
-    ``.cuda(1)`` fails on a one-GPU machine as selecting that device fails (the H200 runs of
-    ``tools/probe_device_apis.py``: "storage.cuda(1) in map_location"). Outside the block,
-    torch's own behaviour."""
+    decides every storage: the H200 runs of ``tools/probe_device_apis.py``, "storage.cuda() in
+    map_location", put both on cuda:0); ``.cuda(0)`` of a storage already there copies it on the
+    device, which waits for nothing, and is a new storage ("storage.cuda().cuda(0) is itself ->
+    False"), and ``.cuda(1)`` fails on a one-GPU machine as selecting that device fails
+    ("storage.cuda(1) in map_location": "CUDA error: invalid device ordinal"). Outside the
+    block, torch's own behaviour."""
     import io
 
     data = torch.arange(4.0)
@@ -408,6 +410,8 @@ def test_torch_load_with_a_map_location_that_calls_storage_cuda_gives_standins()
         before = len(p.syncs)
         twice = torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda().cuda(0))
         again = len(p.syncs) - before
+        moved = torch.ones(2).untyped_storage().cuda()
+        moved_again_is_itself = moved.cuda(0) is moved
         checkpoint.seek(0)
         with pytest.raises(RuntimeError, match="invalid device ordinal"):
             torch.load(checkpoint, map_location=lambda storage, loc: storage.cuda(1))
@@ -417,6 +421,7 @@ def test_torch_load_with_a_map_location_that_calls_storage_cuda_gives_standins()
     assert values == ([0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [0.0, 1.0, 2.0, 3.0])
     assert again == LOAD_UPLOADS + 1 and all(isinstance(t, CudaStandIn) for t in
                                              (twice["x"], twice["host"]))
+    assert not moved_again_is_itself
     assert not p.unmodelled, p.format()
     assert _load_moving_storages(host_only) == without_syncguard
 

@@ -236,23 +236,33 @@ def moving(to, inside):
     ``torch.load(f, map_location=lambda s, loc: s.cuda())`` lands here. For a thread ``inside()``
     a block, a CPU storage going to CUDA does what torch's ``_to`` does on a GPU, without the
     device: it selects the device (``torch.cuda.device``, the shim's, so ``cuda:1`` raises what
-    a one-GPU machine raises), copies the storage from pageable host memory (a storage
-    ``copy_``, h2d, blocking unless ``non_blocking``: predicted by the measured rule of the same
-    upload of a tensor, as ``restoring`` predicts its upload), and gives a new storage, on the CPU here, tagged with the
-    index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as stand-ins. A
-    storage already tagged for that device is returned as it is, as torch returns a storage
-    already on its device. Only ``torch.load``'s rebuild reads the tag: a storage moved outside
-    it still reports the CPU as its device. Every other call is torch's own."""
+    a one-GPU machine raises), copies the storage, and gives a new storage, on the CPU here,
+    tagged with the index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as
+    stand-ins. The copy of an untagged storage is an upload from pageable host memory (a storage
+    ``copy_``, h2d, blocking unless ``non_blocking``), predicted by the measured rule of the same
+    upload of a tensor, as ``restoring`` predicts its upload; a tagged one is copied on the
+    device. torch returns the storage itself only when ``device`` equals its device, index
+    included: ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so
+    it copies (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is
+    itself -> False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it
+    still reports the CPU as its device. Every other call is torch's own."""
 
     @functools.wraps(to)
     def wrapper(self, device, non_blocking=False):
         if not inside() or device.type != "cuda" or self.device.type != "cpu":
             return to(self, device, non_blocking)
+        tag = getattr(self, "_sg_cuda_index", None)
+        if tag is not None and device.index == tag:
+            return self
         with torch.cuda.device(device):
             index = torch.cuda.current_device()
-        if getattr(self, "_sg_cuda_index", None) == index:
-            return self
-        _copy_predicted("aten::_to_copy", True, non_blocking)
+        if tag is None:
+            _copy_predicted("aten::_to_copy", True, non_blocking)
+        else:
+            from .engine import decide
+            from .facts import copy_facts
+
+            decide("aten::copy_", copy_facts(True, True, None, non_blocking))
         moved = self.clone()
         moved._sg_cuda_index = index
         return moved
