@@ -168,9 +168,10 @@ def restoring(restore, inside):
     by the shimmed ``torch.cuda``, so ``cuda:1`` raises what a one-GPU machine raises), then
     ``storage.to(device)`` copies the storage from the pageable host memory it was read into to
     the device, one blocking upload per storage (torch.load restores a storage once, however
-    many tensors share it). That copy is predicted by the measured rule of the same upload
-    elsewhere (``aten::_to_copy``, h2d, pageable, blocking: what ``.to("cuda")`` of a pageable
-    tensor is decided as); the storage stays on the CPU, tagged with the index, and
+    many tensors share it). The copy is the storage's ``aten::copy_``, h2d from pageable
+    memory, blocking: the H200 measured it so in the library corpus's ``torch_load`` snippet
+    (``reports/atlas-runs/corpus-run-<v>.json``), whose rule it is predicted by; the storage
+    stays on the CPU, tagged with the index, and
     ``_rebuild_tensor`` turns each tensor built on it into a stand-in. Every other call is
     torch's own."""
     import torch.serialization as serialization
@@ -180,7 +181,7 @@ def restoring(restore, inside):
         if not inside() or not _cuda_target(location):
             return restore(storage, location)
         device = serialization._validate_device(location, "cuda")
-        _copy_predicted("aten::_to_copy", True)
+        _copy_predicted("aten::copy_", True)
         storage._sg_cuda_index = device.index or 0
         return storage
 
@@ -238,10 +239,9 @@ def moving(to, inside):
     device: it selects the device (``torch.cuda.device``, the shim's, so ``cuda:1`` raises what
     a one-GPU machine raises), copies the storage, and gives a new storage, on the CPU here,
     tagged with the index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as
-    stand-ins. The copy of an untagged storage is an upload from pageable host memory (a storage
-    ``copy_``, h2d, blocking unless ``non_blocking``), predicted by the measured rule of the same
-    upload of a tensor, as ``restoring`` predicts its upload; a tagged one is copied on the
-    device. torch returns the storage itself only when ``device`` equals its device, index
+    stand-ins. The copy of an untagged storage is an upload from pageable host memory (the
+    storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``: measured so in the library
+    corpus's ``torch_load_storage_cuda`` snippet); a tagged one is copied on the device. torch returns the storage itself only when ``device`` equals its device, index
     included: ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so
     it copies (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is
     itself -> False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it
@@ -257,7 +257,7 @@ def moving(to, inside):
         with torch.cuda.device(device):
             index = torch.cuda.current_device()
         if tag is None:
-            _copy_predicted("aten::_to_copy", True, non_blocking)
+            _copy_predicted("aten::copy_", True, non_blocking)
         else:
             from .engine import decide
             from .facts import copy_facts
