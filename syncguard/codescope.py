@@ -30,7 +30,7 @@ import importlib.util
 import os
 import re
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -110,15 +110,15 @@ class CodeScope:
     #: and in the ini reads the same to the gate
     text: str = ""
     source: str = ""  # where the scope was given (a flag, an ini key and file); "" by default
+    ignore_source: str = ""  # where the ignored names were given; "" when none were
 
     @property
     def described(self) -> str:
-        """The scope for a summary line or a note: the text with where it was given, after the
-        entries and before what is ignored."""
-        if not self.source:
-            return self.text
+        """The scope for a summary line or a note: the text with where each part was given, the
+        scope's after its entries, the ignored names' after them."""
         entries, sep, ignored = self.text.partition(IGNORING)
-        return f"{entries} ({self.source}){sep}{ignored}"
+        return (entries + (f" ({self.source})" if self.source else "") + sep + ignored
+                + (f" ({self.ignore_source})" if ignored and self.ignore_source else ""))
 
     def contains(self, filename: str) -> bool:
         """Whether a frame in ``filename`` is inside the scope (the most specific path decides)."""
@@ -256,18 +256,20 @@ def resolve(scope: Sequence[str], ignore: Sequence[str], rootdir: Path,
     Raises ValueError (one line) for an entry that is neither a path nor a package.
     """
     if EVERYTHING in scope:
-        return EVERYWHERE
+        return replace(EVERYWHERE, source=scope_from or where)
     ignore_from = ignore_from or where.replace("scope", "ignore")
     ignored = tuple(p for e in ignore for p in _locate(e, rootdir, ignore_from))
+    ignore_source = ignore_from if ignore else ""
     if not scope:
         base = default_scope(rootdir, test_patterns)
         if base.everything:
             return base
         return CodeScope(base.include, base.ignore + ignored, base.ignore_names, base.stdlib,
-                         text=base.text + _ignore_text(ignore))
+                         text=base.text + _ignore_text(ignore), ignore_source=ignore_source)
     include = tuple(p for e in scope for p in _locate(e, rootdir, scope_from or where))
     return CodeScope(include, ignored, (), _stdlib(),
-                     text=", ".join(scope) + _ignore_text(ignore), source=scope_from or where)
+                     text=", ".join(scope) + _ignore_text(ignore), source=scope_from or where,
+                     ignore_source=ignore_source)
 
 
 IGNORING = "; ignoring "  # what a scope's text says before the names it leaves out

@@ -484,8 +484,10 @@ class SessionOutput:
 def _scope_options(scope: CodeScope) -> dict[str, str]:
     """The report's record of the code scope: ``scope``, which the gate compares, names no
     source, so that one scope given on the command line or in the ini file does not read as a
-    change of what the run could see; ``scope_from`` says where it was given, for people."""
-    return {"scope": scope.text, **({"scope_from": scope.source} if scope.source else {})}
+    change of what the run could see; ``scope_from`` and ``ignore_from`` say where the scope
+    and the names it ignores were given, for people."""
+    return {"scope": scope.text, **({"scope_from": scope.source} if scope.source else {}),
+            **({"ignore_from": scope.ignore_source} if scope.ignore_source else {})}
 
 
 def _why_none(tests: list[TestEntry]) -> str:

@@ -40,7 +40,7 @@ counted as in scope since version 1 had no scopes)::
 
 ``scope``: the code scope, which the gate compares, naming no source (one scope given on the
 command line or in the ini is one scope); ``scope_from``, written for a given scope only, says
-where it was given.
+where it was given, and ``ignore_from``, written when names are ignored, where those were.
 ``detectors_ran``: the detectors most audited tests ran under and why (``auto`` resolved, or a
 fallback's reason); a test's ``detector_reason`` is written only where it differs from it.
 ``detectors``: the names of the detectors that judged an audited test (its region's

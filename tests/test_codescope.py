@@ -86,7 +86,9 @@ def test_resolve_paths_packages_and_errors(tmp_path):
     scope = resolve(("json",), (), tmp_path)  # an importable package: the stdlib's json
     import json as stdlib_json
     assert scope.contains(stdlib_json.__file__) and not scope.contains(os.__file__)
-    assert resolve(("*",), (), tmp_path) is EVERYWHERE
+    everything = resolve(("*",), (), tmp_path)
+    assert everything.everything and everything.text == EVERYWHERE.text
+    assert everything.source == "--syncguard-scope"  # the stand-in when no source is passed
     sub = resolve(("email.mime",), (), tmp_path)  # a subpackage
     assert sub.contains(os.path.join(os.path.dirname(stdlib_json.__file__), "..", "email", "mime",
                                      "text.py"))
@@ -402,6 +404,30 @@ def test_the_report_names_where_the_scope_was_given_and_the_gate_sees_one_scope(
     for name in ("override", "ini"):
         cmp = baseline.compare(matrix.build([(f"{name}.json", docs[name])]), base)
         assert _scope_changes(cmp) == [], name
+
+
+def test_the_report_names_where_everything_and_the_ignored_names_were_given(project, run):
+    """Found by a reviewer: ``--syncguard-scope=*`` and the ``; ignoring ...`` part of a scope
+    named no source, in the summary line or the report, where a given scope names its own."""
+    ini = project.path / "tox.ini"
+    ini.write_text("[pytest]\npythonpath = src vendor/site-packages\n"
+                   "syncguard_ignore = src/mypkg/testing.py\n")
+    ignore_source = f"ini option syncguard_ignore ({ini})"
+    res = run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_own",
+              "--syncguard-scope=src")
+    res.stdout.fnmatch_lines([f"scope: src (command line option --syncguard-scope); ignoring "
+                              f"src/mypkg/testing.py ({ignore_source})"])
+    doc = sessionfile.load_document(project.path / "r.json")
+    assert doc["options"]["scope"] == "src; ignoring src/mypkg/testing.py"
+    assert doc["options"]["ignore_from"] == ignore_source
+    ini.write_text("[pytest]\npythonpath = src vendor/site-packages\n")
+    res = run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_own",
+              "--syncguard-scope=*")
+    res.stdout.fnmatch_lines(["scope: everything (every sync counts) "
+                              "(command line option --syncguard-scope)"])
+    doc = sessionfile.load_document(project.path / "r.json")
+    assert doc["options"]["scope_from"] == "command line option --syncguard-scope"
+    assert "ignore_from" not in doc["options"]
 
 
 def test_a_baseline_written_when_the_scope_text_named_the_flag_sees_no_change(project, run):
