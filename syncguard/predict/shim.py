@@ -794,9 +794,10 @@ def _set_autocast_enabled(original: Any) -> Any:
 def _targets() -> list[tuple[Any, dict[str, Any]]]:
     """Each module the shim swaps names in, with its stand-ins (built at install: some wrap
     what they replace). The device APIs answer per thread (``_per_thread``); the pin loop runs
-    on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile`` and
-    ``torch.load``'s restore location and a storage's move to CUDA ask ``_inside`` themselves (``torch._utils._rebuild_tensor``
-    changes only tensors on storages a block's ``torch.load`` restored to CUDA); the grouping
+    on a thread of its own, inside by its own rule; ``torch.Generator``, ``torch.compile``,
+    ``torch.load``'s restore location and a storage's move to CUDA ask ``_inside`` themselves
+    (``torch._utils._rebuild_tensor`` changes only tensors on storages a block's ``torch.load``
+    restored to CUDA); the grouping
     only relabels stand-ins, which torch's own grouping cannot tell from CPU tensors, and
     ``Module._apply``'s subclass question answers differently only for stand-ins, so both are
     the same for every thread."""

@@ -101,7 +101,7 @@ class CudaStandIn(torch.Tensor):
         storage._fake_device = torch.device("cuda", self._sg_index)
         key = storage._untyped_storage._cdata
         if saved is None or key not in saved:
-            _copy_predicted("aten::copy_", False)
+            _copy_predicted(True, False)
             if saved is not None:
                 saved.add(key)
         args = (storage, args[1], args[2], args[3], self.requires_grad and not self.__dict__.get(
@@ -171,9 +171,8 @@ def restoring(restore, inside):
     many tensors share it). The copy is the storage's ``aten::copy_``, h2d from pageable
     memory, blocking: the H200 measured it so in the library corpus's ``torch_load`` snippet
     (``reports/atlas-runs/corpus-run-<v>.json``), whose rule it is predicted by; the storage
-    stays on the CPU, tagged with the index, and
-    ``_rebuild_tensor`` turns each tensor built on it into a stand-in. Every other call is
-    torch's own."""
+    stays on the CPU, tagged with the index, and ``_rebuild_tensor`` turns each tensor built on
+    it into a stand-in. Every other call is torch's own."""
     import torch.serialization as serialization
 
     @functools.wraps(restore)
@@ -181,7 +180,7 @@ def restoring(restore, inside):
         if not inside() or not _cuda_target(location):
             return restore(storage, location)
         device = serialization._validate_device(location, "cuda")
-        _copy_predicted("aten::copy_", True)
+        _copy_predicted(False, True)
         storage._sg_cuda_index = device.index or 0
         return storage
 
@@ -222,13 +221,13 @@ def swapping(is_subclass):
     return wrapper
 
 
-def _copy_predicted(op: str, to_device: bool, non_blocking: bool = False) -> None:
-    """Decide a copy between pageable host memory and the device that a storage (not a tensor
-    op the dispatch mode sees) makes."""
+def _copy_predicted(src_cuda: bool, dst_cuda: bool, non_blocking: bool = False) -> None:
+    """Decide a copy a storage makes (not a tensor op the dispatch mode sees): the storage's
+    ``aten::copy_``, as the H200 ran torch.save's and torch.load's, with host memory pageable."""
     from .engine import decide
     from .facts import copy_facts
 
-    decide(op, copy_facts(not to_device, to_device, None, non_blocking))
+    decide("aten::copy_", copy_facts(src_cuda, dst_cuda, None, non_blocking))
 
 
 def moving(to, inside):
@@ -241,11 +240,12 @@ def moving(to, inside):
     tagged with the index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as
     stand-ins. The copy of an untagged storage is an upload from pageable host memory (the
     storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``: measured so in the library
-    corpus's ``torch_load_storage_cuda`` snippet); a tagged one is copied on the device. torch returns the storage itself only when ``device`` equals its device, index
-    included: ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so
-    it copies (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is
-    itself -> False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it
-    still reports the CPU as its device. Every other call is torch's own."""
+    corpus's ``torch_load_storage_cuda`` snippet); a tagged one is copied on the device. torch
+    returns the storage itself only when ``device`` equals its device, index included:
+    ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so it copies
+    (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is itself ->
+    False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it still
+    reports the CPU as its device. Every other call is torch's own."""
 
     @functools.wraps(to)
     def wrapper(self, device, non_blocking=False):
@@ -256,13 +256,7 @@ def moving(to, inside):
             return self
         with torch.cuda.device(device):
             index = torch.cuda.current_device()
-        if tag is None:
-            _copy_predicted("aten::copy_", True, non_blocking)
-        else:
-            from .engine import decide
-            from .facts import copy_facts
-
-            decide("aten::copy_", copy_facts(True, True, None, non_blocking))
+        _copy_predicted(tag is not None, True, non_blocking)  # tagged: on the device already
         moved = self.clone()
         moved._sg_cuda_index = index
         return moved
