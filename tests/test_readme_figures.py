@@ -89,3 +89,17 @@ def test_the_module_map_names_every_module_once():
         + [f"{d.name}/" for d in pkg.iterdir() if d.is_dir() and d.name != "detectors"
            and (d / "__init__.py").exists()])
     assert sorted(rows) == modules, set(rows) ^ set(modules)
+
+
+def test_the_sentence_under_the_version_table_names_exactly_the_cells_over_the_target():
+    """Made-up runs (not the evidence): one cell over, one exactly at the target, one under."""
+    def run(torch, ratios):
+        return {"torch": torch, "results": {w: {"audit(cuda) pointer": {"ratio": r}}
+                                            for w, r in ratios.items()}}
+    figures = _figures()
+    rows = [run("2.8.0", {"merges": 1.064, "step": 1.05}), run("2.11.0", {"merges": 1.049})]
+    said = figures.over_target(rows, 1.05)
+    assert said.startswith("Over the 1.05× target: 1 of 3 cells, 2.8.0 merges (1.064×).")
+    assert "step" not in said and "2.11.0" not in said
+    assert figures.over_target([run("2.11.0", {"merges": 1.049})], 1.05) == \
+        "All 1 cell(s) are at or under the 1.05× target."
