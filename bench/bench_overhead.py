@@ -194,6 +194,8 @@ def apis_called(work, st) -> dict:
     out["region"] = {"observations": len(obs), "callback": HUB.callback,
                      "carrying their stream sync": sum(getattr(o, "paired_api", None) is not None
                                                        for o in obs),
+                     # pairs like the call's own, folded into it (_cuptifast's fold_pair)
+                     "pairs folded": sum(len(getattr(o, "folded_pairs", ())) for o in obs),
                      "events": len(region.report.syncs) + len(region.report.allowed)}
     return out
 
@@ -513,7 +515,9 @@ def main():
             r = c["region"]
             md += ["", f"One `audit(cuda)` region around one call ({r['callback']}) held "
                    f"{r['observations']} observation(s) at its exit, {r['carrying their stream sync']} "
-                   f"of them a copy carrying the stream sync that completed it; {r['events']} event(s)"]
+                   f"of them a copy carrying the stream sync that completed it"
+                   + (f" and {r['pairs folded']} earlier such pair(s) folded in" if r.get("pairs folded")
+                      else "") + f"; {r['events']} event(s)"]
         md.append("")
     md += ["## A cuda region's entry and exit, piece by piece", "",
            "Each step the hub takes, timed alone outside any region (median of 41, ms):", "",

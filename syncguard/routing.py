@@ -20,6 +20,17 @@ allows: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_allows
 ids = itertools.count(1)
 
 
+def _nothing() -> None:
+    return None
+
+
+#: Called whenever a region or an allow is entered or left, on any thread (scope.py). The cuda
+#: detector's C callback keeps a call that repeats the thread's last one without the GIL only
+#: while nothing of the sort happened in between (detectors/_cuptifast.c, repeat()); the detector
+#: puts its C module's counter here once the module is configured.
+scopes_changed: Callable[[], None] = _nothing
+
+
 @dataclass(frozen=True)
 class Observation:
     """One thing a detector saw on the syncing thread, before a region turns it into an event."""

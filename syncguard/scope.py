@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from . import detectors as registry
+from . import routing
 from .attribution import is_tracing
 from .codescope import split_names
 from .detectors import AUTO, DetectorUnavailable
@@ -102,6 +103,7 @@ class allow(contextlib.ContextDecorator):
             return self  # Dynamo is tracing: nothing here can sync, and contextvars do not trace
         entry = AllowEntry(self)
         _allows.set(_allows.get() + (entry,))
+        routing.scopes_changed()
         entry.marker = allow_entered(entry)
         return self
 
@@ -147,6 +149,7 @@ def _leave(var: contextvars.ContextVar, mine: Callable[[Any], bool]) -> Any:
     for i in range(len(held) - 1, -1, -1):
         if mine(held[i]):
             var.set(held[:i] + held[i + 1:])
+            routing.scopes_changed()
             return held[i]
     return None
 
@@ -222,6 +225,7 @@ class Region:
             self._disarm()
             raise
         _regions.set(_regions.get() + (self,))
+        routing.scopes_changed()
         self._registered = True
         return self.report
 
@@ -277,6 +281,7 @@ class Region:
                 held = _regions.get()
                 if held and held[-1] is self:  # the innermost, as nearly always
                     _regions.set(held[:-1])
+                    routing.scopes_changed()
                 else:
                     _leave(_regions, lambda r: r is self)
         finally:

@@ -972,7 +972,8 @@ def test_the_c_callback_times_its_pieces_only_when_asked():
         "ENTER: is torch compiling (inside the above)": 1,
         "ENTER: the user's site (inside the above)": 1, "ENTER: build the call (inside the above)": 1,
         "ENTER: hand it to the region(s) (inside the above)": 1, "ENTER: release the GIL": 1,
-        "EXIT: stamp the call's duration (no GIL)": 1}
+        "EXIT: stamp the call's duration (no GIL)": 1,
+        "ENTER: a repeat, folded or paired without the GIL (repeat())": 0}
     assert all(n == 0 for _, n in hub.fast.timing(False).values())
     assert len(region.observations) == 3 and [o.correlation for o in region.observations] == [
         (1, 2), (3, 4), (5, 6)]
@@ -1136,11 +1137,24 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
         assert all(e.host_blocked_us is not None for e, _, _ in got)
         paired = [o for o in by_c if getattr(o, "paired_api", None) is not None]
         folded = sum(len(getattr(o, "folded_blocked_us", ())) for o in by_c)
-        assert len(by_c) == len(by_python) - len(paired) - folded
+        pairs = [p for o in by_c for p in getattr(o, "folded_pairs", ())]  # a copy and a sync each
+        assert len(by_c) == len(by_python) - len(paired) - folded - 2 * len(pairs)
+        assert all(api == "cudaStreamSynchronize" for api, _, _ in pairs)
         assert all(o.paired_api == "cudaStreamSynchronize" and o.paired_blocked_us is not None
                    for o in paired)
 
     check()
+    # pairs from pinned memory folded into a copy that a copy from another line then follows:
+    # the exit passes over pinned copies that make no event, never the pairs folded into one
+    program = [("copy", 1, 41, 1, 7, 0x7100), ("sync", 1, 7)] * 2 + [
+        ("copy", 1, 41, 1, 7, 0x7100), ("copy", 2, 41, 1, 7, 0x7100)]
+    _, by_python = _run_program("python", program)
+    hub, by_c = _run_program("c", program)
+    want = combine(by_python, ByPointer(ptrs))
+    got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",),
+                              cuda._C_KINDS)
+    assert len(by_c) == 2 and [e.kind for e, _, _ in got[0]] == ["blocking_copy_h2d"] * 2
+    assert (events(got[0]), cuda._notes(*got[1:])) == (events(want[0]), want[1])
     # the pair as a blocking copy makes it: one Call, one event, its duration the sum of both
     program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)]
     hub, (call,) = _run_program("c", program)
@@ -1148,6 +1162,18 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
                                       ("cuda",), cuda._C_KINDS)[0]
     assert (ev.kind, ev.api) == ("blocking_copy_h2d", "cudaStreamSynchronize")
     assert ev.host_blocked_us == (round(call.blocked_us * 10) + round(call.paired_blocked_us * 10)) / 10
+    # a run of such pairs from one line (torch 2.8's merge loop), then one copy left unpaired:
+    # one Call, standing for the last copy, with the pairs folded in; each pair's event has its
+    # own two durations, in order, then the copy's own
+    program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)] * 3 + [("copy", 1, 41, 1, 7, 0x7000)]
+    hub, (call,) = _run_program("c", program)
+    assert len(call.folded_pairs) == 3 and call.paired_api is None
+    evs = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                              ("cuda",), cuda._C_KINDS)[0]
+    sums = [(round(c * 10) + round(s * 10)) / 10 for _, c, s in call.folded_pairs]
+    assert [(e.kind, e.api, e.host_blocked_us) for e, _, _ in evs] == (
+        [("blocking_copy_h2d", "cudaStreamSynchronize", b) for b in sums]
+        + [("pageable_copy", "cudaMemcpyAsync", call.blocked_us)])
     # a run of like copies: one Call, each copy's event with its own duration (each copy lasts
     # 2, 4 and 6 ms or more here: a sleep between its ENTER and EXIT)
     hub, region = FakeHub(path="c"), FakeRegion()
@@ -1192,6 +1218,85 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
     # nor copies from another host block
     obs = _run_program("c", [("copy", 1, 41, 1, 7, 0x7000), ("copy", 1, 41, 1, 7, 0x7100)])[1]
     assert [len(o.folded_blocked_us) for o in obs] == [0, 0]
+
+
+def _repeats_and_gil_takes(fast) -> tuple[int, int]:
+    """(calls kept as repeats without the GIL, ENTERs that took the GIL) since the last read of
+    the C callback's piece timing (which this read zeroes)."""
+    counts = {p: n for p, (_, n) in fast.timing(False).items()}
+    return (counts["ENTER: a repeat, folded or paired without the GIL (repeat())"],
+            counts["ENTER: take the GIL"])
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_a_loops_repeats_are_kept_without_the_gil_and_give_the_python_callbacks_events():
+    """Fake libcupti, no GPU. Torch 2.8's merge loop (an async copy from pageable memory and the
+    stream sync that completes it, five times from one line) and torch >= 2.9's (six like
+    copies): the first copy takes the GIL and is handed over; the second folds into it with the
+    GIL, which grows the Call's room; every later call repeats the last from the same place and
+    is kept without the GIL: 8 of 10 ENTERs, then 4 of 6. The events are the Python callback's
+    (which keeps every call), through the C exit."""
+    from syncguard.detectors import _cuptifast
+
+    if not _cuptifast.repeats():
+        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
+    ptrs = {0x7000: 1, 0x7100: 2, 0xd000: 3}
+    fake = _fake_runtime({p: {1: 0, 2: 1, 3: 2}[k] for p, k in ptrs.items()})
+    for program, want_counts in (([("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)] * 5, (8, 2)),
+                                 ([("copy", 1, 41, 1, 7, 0x7100)] * 6, (4, 2))):
+        _, by_python = _run_program("python", program)
+        _cuptifast.timing(True)
+        try:
+            hub, by_c = _run_program("c", program)
+        finally:
+            counts = _repeats_and_gil_takes(_cuptifast)
+        assert counts == want_counts and len(by_c) == 1
+        got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
+                                  ("cuda",), cuda._C_KINDS)[0]
+        want = combine(by_python, ByPointer(ptrs))[0]
+        assert [(e.kind, e.api, e.lineno) for e, _, _ in got] == [
+            (e.kind, e.api, e.lineno) for e, _, _ in want]
+        assert all(e.host_blocked_us is not None for e, _, _ in got)
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_a_repeat_takes_the_gil_again_once_a_scope_or_the_context_changed_in_between():
+    """Fake libcupti, no GPU: four like pinned copies from one line. With nothing between them,
+    the last two are kept without the GIL. With a region or allow entered or left anywhere
+    between them (``routing.scopes_changed``, which scope.py calls), or the copy made in another
+    context (``Context.run``), each takes the GIL again; it still folds there, since its regions,
+    allows and site are the same: one Call either way."""
+    import contextvars
+
+    from syncguard.detectors import _cuptifast
+
+    if not _cuptifast.repeats():
+        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
+    hub, region, _ = _c_hub_with_a_copy()
+    copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7100, count=4, kind=1, stream=7)
+
+    def copies(between):
+        token = routing.regions.set((region,))
+        _cuptifast.timing(True)
+        try:
+            for i in range(4):
+                if i:
+                    between()
+                _fire(hub, 2, 41, C.API_ENTER, i, copy)
+                _fire(hub, 2, 41, C.API_EXIT, i, copy)
+        finally:
+            counts = _repeats_and_gil_takes(_cuptifast)
+            routing.regions.reset(token)
+        return counts
+
+    try:
+        assert copies(lambda: None) == (2, 2)
+        assert copies(routing.scopes_changed) == (0, 4)
+        ctx = contextvars.copy_context()
+        assert copies(lambda: ctx.run(lambda: None)) == (0, 4)  # entered another context
+    finally:
+        hub.release(region)
+    assert [len(o.folded_blocked_us) for o in region.observations] == [3, 3, 3]
 
 
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")

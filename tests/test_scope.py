@@ -711,3 +711,24 @@ def test_a_debug_hub_that_fails_to_arm_leaves_the_warning_filters_as_they_were(m
         with syncguard.audit(("fake", "debug")):
             pass
     assert warnings.filters == before
+
+
+def test_entering_or_leaving_a_region_or_an_allow_says_so_to_the_cuda_detectors_c_callback(
+        monkeypatch):
+    """routing.scopes_changed is told of every change to a context's regions or allows (the C
+    callback keeps a call that repeats the last one without the GIL only while none happened:
+    detectors/_cuptifast.c, repeat()); a region left out of order too."""
+    from syncguard import routing
+
+    told = []
+    monkeypatch.setattr(routing, "scopes_changed", lambda: told.append(1))
+    with syncguard.audit(FAKE):
+        with syncguard.allow("x"):
+            pass
+    assert len(told) == 4
+    outer, inner = syncguard.audit(FAKE), syncguard.audit(FAKE)
+    outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)  # out of order (scope._leave)
+    inner.__exit__(None, None, None)
+    assert len(told) == 8

@@ -11,15 +11,22 @@
  *
  * Same rules as the Python callback (which stays, as the fallback where this module did not
  * build): only the outermost call of a thread is kept (a runtime call and the driver calls under
- * it are one observation; a stream sync completing the copy just before it, and a copy like the
- * one just before it, are kept on that copy's Call: pair_with, fold_into); only threads whose
+ * it are one observation; a stream sync completing the copy just before it, a copy like the one
+ * just before it, and a copy repeating the pair just before it, are kept on that copy's Call:
+ * pair_with, fold_into, fold_pair); only threads whose
  * context has a region (the ``regions`` ContextVar)
  * keep anything; a thread with no region while a backward pass of a region runs is handed to the
  * Python callback whole (its owner logic lives there); the user's frame is found with the same
  * per-code-object classification (attribution._code_cache / _code_class) and the Site is built
  * by attribution's own function on a cache miss. Nothing here calls CUDA.
  *
- * Built by setup.py as an optional extension; CPython >= 3.11 (PyFrame_GetLasti).
+ * A call that one of those three rules would fold or pair into the thread's last call, made from
+ * where that call was made with nothing changed since, is kept without the GIL (repeat(): a
+ * loop's copies, and torch 2.8's copy-and-sync per merge); the answers it skips are the ones the
+ * last call got.
+ *
+ * Built by setup.py as an optional extension; CPython >= 3.11 (PyFrame_GetLasti); the GIL-free
+ * repeat on 3.11 to 3.13 (see REPEAT).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +38,20 @@
 
 #if PY_VERSION_HEX < 0x030B0000
 #error "_cuptifast needs CPython 3.11 or newer"
+#endif
+
+/* The GIL-free repeat (repeat()) reads this thread's own interpreter frames and context, which
+ * CPython keeps in internal structures: built for CPython 3.11 to 3.13 with the GIL, the layouts
+ * it was written and tested against. Elsewhere every kept call takes the GIL, as before. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(Py_GIL_DISABLED)
+#define REPEAT 1
+#ifndef Py_BUILD_CORE
+#define Py_BUILD_CORE 1
+#endif
+#include "internal/pycore_frame.h"
+#include "internal/pycore_context.h"
+#else
+#define REPEAT 0
 #endif
 
 /* CUpti_CallbackData (cupti_callbacks.h) and the parameter structs read, as in cupti.py */
@@ -98,7 +119,7 @@ static long errors;
  * untimed cost). Summed by the thread that ran the piece, without a lock: a probe times one
  * thread. */
 enum { P_CALLBACK, P_NESTED, P_ENTER_GIL, P_ENTER, P_REGIONS, P_COMPILING, P_SITE, P_BUILD,
-       P_DELIVER, P_ENTER_RELEASE, P_LEAVE, NPIECES };
+       P_DELIVER, P_ENTER_RELEASE, P_LEAVE, P_REPEAT, NPIECES };
 static const char *piece_names[NPIECES] = {
     "callback (every invocation, whole)", "nested driver callback (no GIL)",
     "ENTER: take the GIL",
@@ -107,7 +128,8 @@ static const char *piece_names[NPIECES] = {
     "ENTER: is torch compiling (inside the above)", "ENTER: the user's site (inside the above)",
     "ENTER: build the call (inside the above)",
     "ENTER: hand it to the region(s) (inside the above)", "ENTER: release the GIL",
-    "EXIT: stamp the call's duration (no GIL)"};
+    "EXIT: stamp the call's duration (no GIL)",
+    "ENTER: a repeat, folded or paired without the GIL (repeat())"};
 static int timing_on;
 static int64_t piece_ns[NPIECES];
 static long piece_n[NPIECES];
@@ -136,6 +158,24 @@ typedef struct {
 } ThreadState;
 static long config_epoch = 1; /* bumped by configure(): every thread's tls_dict is stale */
 static __thread ThreadState T;
+
+/* Where this thread's last kept call was made, for repeat() (see there): bumped whenever a
+ * region or allow is entered or left on any thread (scopes_changed(), from scope.py), and when
+ * the callbacks go off (forget()) or the module is configured again. */
+static volatile long scopes_epoch = 1;
+#if REPEAT
+#define POS_LISTS 8
+#define POS_FRAMES 1024
+typedef struct {
+    int valid, phase, nlists;
+    long epoch;
+    uint64_t frames, ctx_ver;
+    const void *ctx, *vars;
+    PyObject *lists[POS_LISTS]; /* borrowed: alive while the scopes are unchanged */
+    Py_ssize_t sizes[POS_LISTS];
+} Position;
+static __thread Position P;
+#endif
 
 static int64_t now_ns(void) {
     struct timespec ts; /* time.perf_counter_ns() reads the same clock on Linux */
@@ -366,6 +406,11 @@ typedef struct Call {
      * into it (fold_into()), in order: each of them one combine judges as unpaired */
     Py_ssize_t nfolded, folded_cap;
     double *folded;
+    /* the copies like this one, each completed by its own stream sync, that came right before
+     * it, folded into it (fold_pair()), in order and before any of ``folded``: each of them one
+     * combine judges as the blocking copy of a pair */
+    Py_ssize_t npairs, pairs_cap;
+    struct FoldedPair { double copy_us, sync_us; int16_t pair; } *pairs;
 } Call;
 
 /* (apis, roles, kinds): tuples by entry index of each call's api name, role and sync kind (or
@@ -374,7 +419,7 @@ static PyObject *names_table;
 
 enum { F_API, F_ROLE, F_KIND, F_DIRECTION, F_IS_ASYNC, F_CORRELATION, F_STREAM, F_SITE, F_PHASE,
        F_THREAD, F_ALLOWS, F_BLOCKED, F_NBYTES, F_SRC, F_DST, F_T_NS, F_SOURCE, F_HOST_PTR,
-       F_PAIRED_API, F_PAIRED_BLOCKED, F_FOLDED };
+       F_PAIRED_API, F_PAIRED_BLOCKED, F_FOLDED, F_PAIRS };
 
 /* the call's api name, role or sync kind (F_API, F_ROLE, F_KIND), from the name table it was
  * made under (borrowed) */
@@ -418,6 +463,17 @@ static PyObject *call_get(PyObject *self, void *closure) {
                            : Py_NewRef(Py_None);
     case F_PAIRED_BLOCKED:
         return c->has_pair_blocked ? PyFloat_FromDouble(c->pair_blocked) : Py_NewRef(Py_None);
+    case F_PAIRS: { /* the folded pairs, in order: (the sync's api, copy us, sync us) each */
+        PyObject *t = PyTuple_New(c->npairs);
+        for (Py_ssize_t i = 0; t && i < c->npairs; i++) {
+            const struct FoldedPair *f = &c->pairs[i];
+            PyObject *v = Py_BuildValue("(Odd)", PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0),
+                                                                  f->pair), f->copy_us, f->sync_us);
+            if (!v) { Py_CLEAR(t); break; }
+            PyTuple_SET_ITEM(t, i, v);
+        }
+        return t;
+    }
     case F_FOLDED: { /* the folded copies' durations, in order */
         PyObject *t = PyTuple_New(c->nfolded);
         for (Py_ssize_t i = 0; t && i < c->nfolded; i++) {
@@ -439,7 +495,7 @@ static PyGetSetDef call_getset[] = {
     GET("blocked_us", F_BLOCKED), GET("nbytes", F_NBYTES), GET("src", F_SRC), GET("dst", F_DST),
     GET("t_ns", F_T_NS), GET("source", F_SOURCE), GET("host_ptr", F_HOST_PTR),
     GET("paired_api", F_PAIRED_API), GET("paired_blocked_us", F_PAIRED_BLOCKED),
-    GET("folded_blocked_us", F_FOLDED), {NULL}};
+    GET("folded_blocked_us", F_FOLDED), GET("folded_pairs", F_PAIRS), {NULL}};
 #undef GET
 
 static int call_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -458,6 +514,7 @@ static void call_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
     call_clear(self);
     PyMem_Free(((Call *)self)->folded);
+    PyMem_Free(((Call *)self)->pairs);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -513,6 +570,7 @@ static PyObject *new_call(const Entry *e, int dir, const uint32_t *corr, int nco
     c->t0 = t0;
     c->has_pair = c->has_pair_blocked = 0; c->pair = 0; c->pair_t0 = 0; c->pair_blocked = 0.0;
     c->nfolded = c->folded_cap = 0; c->folded = NULL;
+    c->npairs = c->pairs_cap = 0; c->pairs = NULL;
     PyObject_GC_Track((PyObject *)c);
     return (PyObject *)c;
 }
@@ -527,6 +585,10 @@ static PyObject *last_regions, *last_lists;
 static void forget(void) {
     Py_CLEAR(last_regions);
     Py_CLEAR(last_lists);
+#if REPEAT
+    P.valid = 0;
+    scopes_epoch++; /* every other thread's position too: its regions are gone */
+#endif
     /* and this thread's last call (the one that switches callbacks off has none in flight);
      * another thread's stays held until that thread's next callback (it holds no region) */
     if (T.mode != MODE_KEPT && T.mode != MODE_PAIRED) Py_CLEAR(T.call);
@@ -586,9 +648,21 @@ static PyObject *engine_owner(void) {
 static int same_context(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
                         int phase, PyObject *thread);
 
+/* The rules below are split in two: what the new call and ``prev`` must share as C values
+ * (*_fields: the call's own parameters against prev's), and the context they must share
+ * (same_context with the GIL; the position without it, see repeat()). */
+
+/* A stream sync may complete prev: prev an async host<->device copy, done, not paired yet, on the
+ * sync's stream (or either stream unknown or the legacy 0). */
+static int pair_fields(const Call *prev, int has_stream, uint64_t stream) {
+    if (prev->role != ROLE_COPY || !prev->is_async || prev->has_pair || !prev->has_blocked ||
+        (prev->dir != DIR_H2D && prev->dir != DIR_D2H))
+        return 0;
+    return !(prev->has_stream && prev->stream && has_stream && stream && prev->stream != stream);
+}
+
 /* Whether the stream sync about to be kept completes ``prev``, this thread's last kept call, as
- * combine would pair the two at the region's exit: prev an async host<->device copy, done, not
- * paired yet, on the sync's stream (or either stream unknown or the legacy 0), made from the same
+ * combine would pair the two at the region's exit: pair_fields, and made from the same
  * Site object (the same stack) on the same thread under the same allows and phase, and the last
  * observation of every region the sync goes to (nothing came between them there). Then the sync
  * rides on the copy (MODE_PAIRED): no call is built or handed over, and combine makes the pair's
@@ -597,11 +671,8 @@ static int same_context(const Call *prev, PyObject *regions, PyObject *site, PyO
  * 100 such pairs, each a call built and handed over for nothing. */
 static int pair_with(const Call *prev, PyObject *regions, PyObject *site, PyObject *allows,
                      int phase, PyObject *thread, int has_stream, uint64_t stream) {
-    if (prev->role != ROLE_COPY || !prev->is_async || prev->has_pair || !prev->has_blocked ||
-        (prev->dir != DIR_H2D && prev->dir != DIR_D2H))
-        return 0;
-    if (prev->has_stream && prev->stream && has_stream && stream && prev->stream != stream) return 0;
-    return same_context(prev, regions, site, allows, phase, thread);
+    return pair_fields(prev, has_stream, stream) &&
+           same_context(prev, regions, site, allows, phase, thread);
 }
 
 /* What pair_with and fold_into both ask of ``prev``: made from the same Site object (the same
@@ -621,59 +692,244 @@ static int same_context(const Call *prev, PyObject *regions, PyObject *site, PyO
     return 1;
 }
 
+/* A call's own parameters, read from CUPTI's callback data: plain reads, no Python. */
+typedef struct { int dir, has_stream, has_ptrs; uint64_t stream, src, dst, nbytes; } Params;
+
+static void read_params(const Entry *e, const CallbackData *d, Params *q) {
+    const void *p = d->functionParams;
+    memset(q, 0, sizeof *q);
+    q->dir = e->dir;
+    if (!p) return;
+    if (e->spec == SPEC_STREAM) {
+        q->stream = (uint64_t)(uintptr_t)(*(void *const *)p); q->has_stream = 1;
+    } else if (e->spec == SPEC_MEMCPY) {
+        const MemcpyParams *m = p;
+        if (!q->dir) q->dir = memcpy_dir(m->kind);
+        q->stream = (uint64_t)(uintptr_t)m->stream; q->src = (uint64_t)(uintptr_t)m->src;
+        q->dst = (uint64_t)(uintptr_t)m->dst; q->nbytes = m->count; q->has_stream = q->has_ptrs = 1;
+    } else if (e->spec == SPEC_MEMCPY2D) {
+        const Memcpy2DParams *m = p;
+        if (!q->dir) q->dir = memcpy_dir(m->kind);
+        q->stream = (uint64_t)(uintptr_t)m->stream; q->src = (uint64_t)(uintptr_t)m->src;
+        q->dst = (uint64_t)(uintptr_t)m->dst; q->nbytes = (uint64_t)m->width * m->height;
+        q->has_stream = q->has_ptrs = 1;
+    } else if (e->spec == SPEC_DRV_COPY || e->spec == SPEC_DRV_COPY_ASYNC) {
+        const DriverCopyParams *m = p; /* the sync variants have no stream field: not read */
+        q->src = m->src; q->dst = m->dst; q->nbytes = m->count; q->has_ptrs = 1;
+        if (e->spec == SPEC_DRV_COPY_ASYNC) { q->stream = (uint64_t)(uintptr_t)m->stream; q->has_stream = 1; }
+    }
+}
+
 /* Whether the async copy about to be kept is ``prev`` again, this thread's last kept call: the
- * same api, direction, stream, pointers and size, from the same Site object, thread, allows and
- * phase, right after it in every region it goes to. Combine judges such a run of copies one by
- * one by the same rule: each but the last is followed by a copy, so it made the host wait only
- * if its (shared) host memory is pageable, and the last one goes on as any copy. So the new copy
- * folds into prev (its duration kept, in order) and prev stands for it from then on: no call is
- * built or handed over. The 100 sync-free merges of torch >= 2.9 are such a run (one pinned
- * block). Only while the host memory is told by pointer (folding): activity records are per
- * copy. */
+ * same api, direction, stream, pointers and size (fold_fields), from the same Site object,
+ * thread, allows and phase, right after it in every region it goes to. Combine judges such a run
+ * of copies one by one by the same rule: each but the last is followed by a copy, so it made the
+ * host wait only if its (shared) host memory is pageable, and the last one goes on as any copy.
+ * So the new copy folds into prev (its duration kept, in order) and prev stands for it from then
+ * on: no call is built or handed over. The 100 sync-free merges of torch >= 2.9 are such a run
+ * (one pinned block). Only while the host memory is told by pointer (folding): activity records
+ * are per copy. */
 static int folding = 1;
 
-static int fold_into(const Call *prev, const Entry *e, PyObject *regions, PyObject *site,
-                     PyObject *allows, int phase, PyObject *thread, int dir, int has_stream,
-                     uint64_t stream, uint64_t nbytes, uint64_t src, uint64_t dst) {
+static int fold_fields(const Call *prev, const Entry *e, const Params *q) {
     if (!folding || prev->index != e->index || prev->role != ROLE_COPY || !prev->is_async ||
-        prev->has_pair || !prev->has_blocked || prev->dir != dir || (dir != DIR_H2D && dir != DIR_D2H))
+        prev->has_pair || !prev->has_blocked || prev->dir != q->dir ||
+        (q->dir != DIR_H2D && q->dir != DIR_D2H))
         return 0;
-    if (prev->has_stream != has_stream || prev->stream != stream || !prev->has_nbytes ||
-        prev->nbytes != nbytes || prev->src != src || prev->dst != dst ||
-        prev->has_src != (src != 0) || prev->has_dst != (dst != 0))
-        return 0;
-    return same_context(prev, regions, site, allows, phase, thread);
+    return prev->has_stream == q->has_stream && prev->stream == q->stream && prev->has_nbytes &&
+           prev->nbytes == q->nbytes && prev->src == q->src && prev->dst == q->dst &&
+           prev->has_src == (q->src != 0) && prev->has_dst == (q->dst != 0);
 }
+
+static int fold_into(const Call *prev, const Entry *e, const Params *q, PyObject *regions,
+                     PyObject *site, PyObject *allows, int phase, PyObject *thread) {
+    return fold_fields(prev, e, q) && same_context(prev, regions, site, allows, phase, thread);
+}
+
+/* Whether the async copy about to be kept repeats ``prev``, this thread's last kept call, where
+ * prev is a copy completed by the stream sync riding on it (pair_with): the same api and
+ * direction (fold_pair_fields), from the same Site object, thread, allows and phase, right after
+ * it in every region it goes to, and nothing folded into prev as unpaired (those come after the
+ * pairs). Combine judges each such pair the same way whatever its pointers: one blocking copy,
+ * named for its sync, of both durations. So prev's pair is folded (its durations and sync kept,
+ * in order) and prev stands for the new copy from then on: no call is built or handed over.
+ * Torch 2.8's 100 merges are such a run (a pageable H2D copy and cudaStreamSynchronize each). */
+static int fold_pair_fields(const Call *prev, const Entry *e, int dir) {
+    return folding && prev->index == e->index && prev->role == ROLE_COPY && prev->is_async &&
+           prev->has_pair && prev->has_pair_blocked && prev->has_blocked && !prev->nfolded &&
+           prev->dir == dir && (dir == DIR_H2D || dir == DIR_D2H);
+}
+
+static int fold_pair(const Call *prev, const Entry *e, PyObject *regions, PyObject *site,
+                     PyObject *allows, int phase, PyObject *thread, int dir) {
+    return fold_pair_fields(prev, e, dir) && same_context(prev, regions, site, allows, phase, thread);
+}
+
+/* Grow an array of ``size``-byte items kept on a Call to hold one more (doubling from 16); 0, or
+ * -1 with MemoryError set. With the GIL: a Call's arrays only move while the GIL is held, so
+ * that an exit reading them (with the GIL) never reads a moved one; repeat() only fills room
+ * already there. */
+static int grow(void **items, Py_ssize_t n, Py_ssize_t *cap, size_t size) {
+    if (n < *cap) return 0;
+    Py_ssize_t want = *cap ? 2 * *cap : 16;
+    void *grown = PyMem_Realloc(*items, size * (size_t)want);
+    if (!grown) { PyErr_NoMemory(); return -1; }
+    *items = grown;
+    *cap = want;
+    return 0;
+}
+
+/* What each rule does to prev, with the GIL (enter()) or without it (repeat()): only C fields
+ * of the call this thread holds, in room already grown; the caller sets the thread's mode. */
+static void fold_pair_apply(Call *prev, const Params *q, uint32_t corr) {
+    prev->pairs[prev->npairs++] = (struct FoldedPair){prev->blocked, prev->pair_blocked, prev->pair};
+    /* prev is the new copy now, not paired yet: its own stream, pointers and size */
+    prev->has_pair = prev->has_pair_blocked = 0;
+    prev->has_blocked = 0;
+    prev->has_stream = (int8_t)q->has_stream; prev->stream = q->stream;
+    prev->has_nbytes = 1; prev->nbytes = q->nbytes;
+    prev->has_src = (int8_t)(q->src != 0); prev->src = q->src;
+    prev->has_dst = (int8_t)(q->dst != 0); prev->dst = q->dst;
+    prev->ncorr = 1;
+    prev->corr[0] = corr;
+}
+
+static void fold_apply(Call *prev, uint32_t corr) {
+    prev->folded[prev->nfolded++] = prev->blocked;
+    prev->has_blocked = 0;
+    prev->ncorr = 1;
+    prev->corr[0] = corr;
+}
+
+static void pair_apply(Call *prev, const Entry *e) {
+    prev->has_pair = 1; prev->pair = e->index;
+}
+
+/* when the call now kept began: stamped last, so that its duration holds none of our work */
+static inline void stamp(Call *c, int mode) {
+    if (mode == MODE_PAIRED) c->pair_t0 = now_ns();
+    else c->t0 = now_ns();
+}
+
+#if REPEAT
+/* ---- a repeat kept without the GIL ------------------------------------------------------------
+ * A loop makes the same call from the same place again and again: torch 2.8's merge loop a copy
+ * and its stream sync per merge, torch >= 2.9's a copy per merge. Kept with the GIL, each costs
+ * the GIL, the regions, the user's site and the allows; on the H200 the detector's work inside a
+ * 100-merge region was ~3 points over CUPTI's own dispatch, timed without either's set-up
+ * (reports/probes/noop-inside-92f6432/). But where the thread is where it was when it kept its
+ * last call, every one of those answers is the one it got then. So a call that one of the rules
+ * above would fold or pair into that call is kept by them without the GIL, when:
+ *  - its own parameters pass the rule's *_fields check against prev, and prev's arrays have room;
+ *  - no region or allow was entered or left anywhere since (scopes_epoch, bumped from scope.py:
+ *    so the regions and allows are the same objects, and their lists are alive);
+ *  - the thread's interpreter frames are the same, each frame's code and instruction (the hash
+ *    of the whole chain: so the user's site is the same Site, and so is the capture phase);
+ *  - its context is the same object, entered no other since (context_ver), holding the same
+ *    variables mapping (a ContextVar set makes a new one);
+ *  - nothing was handed to the regions prev went to since (their lists' lengths);
+ *  - prev was kept in the "run" phase. Torch's compile context is a thread-local that only
+ *    Dynamo sets, around compilations whose own frames sit above any call they make; a repeat
+ *    is never judged a compile-phase call, so at worst it fails where a compile-phase one would
+ *    be allowed, never the other way.
+ * Reading the thread's own frames and context without the GIL is safe: only this thread changes
+ * them, and it is inside the CUDA call. Nothing Python is touched: no reference is taken or
+ * dropped, nothing allocated. */
+
+/* This thread's frames (hashed), context, its variables and its context version; 0 where it has
+ * none to compare (no context yet, or a stack deeper than POS_FRAMES). */
+static int position(PyThreadState *ts, uint64_t *frames, const void **ctx, const void **vars,
+                    uint64_t *ver) {
+#if PY_VERSION_HEX >= 0x030D0000
+    const _PyInterpreterFrame *f = ts->current_frame;
+#else
+    const _PyInterpreterFrame *f = ts->cframe ? ts->cframe->current_frame : NULL;
+#endif
+    uint64_t h = 1469598103934665603ULL;
+    int n = 0;
+    for (; f; f = f->previous) {
+        if (++n > POS_FRAMES) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+        h = mix(mix(h, (uint64_t)(uintptr_t)f->f_executable), (uint64_t)(uintptr_t)f->instr_ptr);
+#else
+        h = mix(mix(h, (uint64_t)(uintptr_t)f->f_code), (uint64_t)(uintptr_t)f->prev_instr);
+#endif
+    }
+    const PyContext *c = (const PyContext *)ts->context;
+    if (!c) return 0;
+    *frames = mix(h, (uint64_t)n);
+    *ctx = c; *vars = c->ctx_vars; *ver = ts->context_ver;
+    return 1;
+}
+
+/* With the GIL, after enter() kept, folded or paired a call: where the thread is now, if its call
+ * is one a repeat could fold or pair into (an async host<->device copy, kept in the run phase,
+ * handed to the regions of its own context: ``lists``); else nothing to compare with. */
+static void note_position(ThreadState *t, PyObject *lists) {
+    Position *q = &P;
+    Call *c = t->call;
+    q->valid = 0;
+    if (!c || !lists || c->role != ROLE_COPY || !c->is_async || c->phase != 0 ||
+        (c->dir != DIR_H2D && c->dir != DIR_D2H) || PyTuple_GET_SIZE(lists) > POS_LISTS)
+        return;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (!ts || !position(ts, &q->frames, &q->ctx, &q->vars, &q->ctx_ver)) return;
+    q->nlists = (int)PyTuple_GET_SIZE(lists);
+    for (int i = 0; i < q->nlists; i++) {
+        q->lists[i] = PyTuple_GET_ITEM(lists, i);
+        q->sizes[i] = PyList_GET_SIZE(q->lists[i]);
+    }
+    q->epoch = scopes_epoch;
+    q->phase = c->phase;
+    q->valid = 1;
+}
+
+enum { R_NONE, R_FOLD_PAIR, R_FOLD, R_PAIR };
+
+/* An outermost call's ENTER without the GIL: 1 where it was kept as a repeat of the thread's
+ * last call (see above), 0 where enter() must decide, with the GIL. */
+static int repeat(ThreadState *t, const Entry *e, const CallbackData *d) {
+    Position *q = &P;
+    Call *prev = t->call;
+    if (!q->valid || !prev || t->mode != MODE_IDLE || q->epoch != scopes_epoch) return 0;
+    Params k;
+    int rule = R_NONE;
+    if (e->stream_sync) {
+        read_params(e, d, &k);
+        if (pair_fields(prev, k.has_stream, k.stream)) rule = R_PAIR;
+    } else if (e->role == ROLE_COPY && e->is_async) {
+        read_params(e, d, &k);
+        if (!k.has_ptrs) return 0;
+        if (fold_pair_fields(prev, e, k.dir)) rule = prev->npairs < prev->pairs_cap ? R_FOLD_PAIR : 0;
+        else if (fold_fields(prev, e, &k)) rule = prev->nfolded < prev->folded_cap ? R_FOLD : 0;
+    }
+    if (rule == R_NONE) return 0;
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    uint64_t frames, ver;
+    const void *ctx, *vars;
+    if (!ts || !position(ts, &frames, &ctx, &vars, &ver) || frames != q->frames ||
+        ctx != q->ctx || vars != q->vars || ver != q->ctx_ver)
+        return 0;
+    for (int i = 0; i < q->nlists; i++)
+        if (PyList_GET_SIZE(q->lists[i]) != q->sizes[i]) return 0;
+    if (rule == R_PAIR) pair_apply(prev, e);
+    else if (rule == R_FOLD_PAIR) fold_pair_apply(prev, &k, d->correlationId);
+    else fold_apply(prev, d->correlationId);
+    t->mode = rule == R_PAIR ? MODE_PAIRED : MODE_KEPT;
+    stamp(prev, t->mode);
+    return 1;
+}
+#endif
 
 /* An outermost call's ENTER, with the GIL: keep it (or hand it to Python). ``prev``: this
  * thread's last kept call, done (borrowed), which a stream sync may complete (pair_with). */
 static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, const CallbackData *d,
                   Call *prev) {
-    /* the call's own parameters first: plain reads, no Python */
-    int dir = e->dir;
-    uint64_t stream = 0, src = 0, dst = 0, nbytes = 0;
-    int has_stream = 0, has_ptrs = 0;
-    const void *p = d->functionParams;
-    if (e->role == ROLE_FREE) {
-        if (p && *(void *const *)p == NULL) return; /* cudaFree(NULL) frees nothing */
-    } else if (p && e->spec == SPEC_STREAM) {
-        stream = (uint64_t)(uintptr_t)(*(void *const *)p); has_stream = 1;
-    } else if (p && e->spec == SPEC_MEMCPY) {
-        const MemcpyParams *m = p;
-        if (!dir) dir = memcpy_dir(m->kind);
-        stream = (uint64_t)(uintptr_t)m->stream; src = (uint64_t)(uintptr_t)m->src;
-        dst = (uint64_t)(uintptr_t)m->dst; nbytes = m->count; has_stream = has_ptrs = 1;
-    } else if (p && e->spec == SPEC_MEMCPY2D) {
-        const Memcpy2DParams *m = p;
-        if (!dir) dir = memcpy_dir(m->kind);
-        stream = (uint64_t)(uintptr_t)m->stream; src = (uint64_t)(uintptr_t)m->src;
-        dst = (uint64_t)(uintptr_t)m->dst; nbytes = (uint64_t)m->width * m->height;
-        has_stream = has_ptrs = 1;
-    } else if (p && (e->spec == SPEC_DRV_COPY || e->spec == SPEC_DRV_COPY_ASYNC)) {
-        const DriverCopyParams *m = p; /* the sync variants have no stream field: not read */
-        src = m->src; dst = m->dst; nbytes = m->count; has_ptrs = 1;
-        if (e->spec == SPEC_DRV_COPY_ASYNC) { stream = (uint64_t)(uintptr_t)m->stream; has_stream = 1; }
-    }
+    if (e->role == ROLE_FREE && d->functionParams && *(void *const *)d->functionParams == NULL)
+        return; /* cudaFree(NULL) frees nothing */
+    Params k;
+    read_params(e, d, &k);
+    int dir = k.dir;
     /* a device-to-device or host-to-host copy never makes the host wait; it is kept in order only
      * to end a pending copy's pairing (combine), so it needs no site, thread or duration */
     int no_wait = e->role == ROLE_COPY && (dir == DIR_D2D || dir == DIR_H2H);
@@ -698,8 +954,8 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
     }
     if (no_wait) {
         uint32_t corr = d->correlationId;
-        PyObject *call = new_call(e, dir, &corr, 1, has_stream, stream, no_site, 0, s_nothread,
-                                  s_empty, 0, 0.0, has_ptrs, nbytes, src, dst, 0);
+        PyObject *call = new_call(e, dir, &corr, 1, k.has_stream, k.stream, no_site, 0, s_nothread,
+                                  s_empty, 0, 0.0, k.has_ptrs, k.nbytes, k.src, k.dst, 0);
         int rc = call ? deliver(regions, call) : -1;
         Py_XDECREF(call); Py_DECREF(regions);
         if (rc < 0) goto error;
@@ -721,45 +977,38 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
         Py_DECREF(regions); Py_XDECREF(site); Py_XDECREF(allows); Py_DECREF(thread);
         goto error;
     }
-    if (prev && e->role == ROLE_COPY && e->is_async && has_ptrs &&
-        fold_into(prev, e, regions, site, allows, phase, thread, dir, has_stream, stream, nbytes,
-                  src, dst)) {
-        if (prev->nfolded == prev->folded_cap) {
-            Py_ssize_t cap = prev->folded_cap ? 2 * prev->folded_cap : 16;
-            double *grown = PyMem_Realloc(prev->folded, sizeof(double) * (size_t)cap);
-            if (!grown) {
-                Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
-                PyErr_NoMemory();
-                goto error;
-            }
-            prev->folded = grown;
-            prev->folded_cap = cap;
-        }
+    int rule = 0, mode = MODE_KEPT;
+    if (prev && e->role == ROLE_COPY && e->is_async && k.has_ptrs &&
+        fold_pair(prev, e, regions, site, allows, phase, thread, dir))
+        rule = grow((void **)&prev->pairs, prev->npairs, &prev->pairs_cap, sizeof *prev->pairs) < 0
+               ? -1 : R_FOLD_PAIR;
+    else if (prev && e->role == ROLE_COPY && e->is_async && k.has_ptrs &&
+             fold_into(prev, e, &k, regions, site, allows, phase, thread))
+        rule = grow((void **)&prev->folded, prev->nfolded, &prev->folded_cap, sizeof *prev->folded) < 0
+               ? -1 : R_FOLD;
+    else if (prev && e->stream_sync &&
+             pair_with(prev, regions, site, allows, phase, thread, k.has_stream, k.stream))
+        rule = R_PAIR;
+    if (rule) {
         Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
-        prev->folded[prev->nfolded++] = prev->blocked;
-        prev->has_blocked = 0;
-        prev->ncorr = 1;
-        prev->corr[0] = d->correlationId;
+        if (rule < 0) goto error;
+        if (rule == R_FOLD_PAIR) fold_pair_apply(prev, &k, d->correlationId);
+        else if (rule == R_FOLD) fold_apply(prev, d->correlationId);
+        else { pair_apply(prev, e); mode = MODE_PAIRED; }
         t->call = (Call *)Py_NewRef((PyObject *)prev);
-        t->mode = MODE_KEPT;
-        prev->t0 = now_ns();
-        return;
-    }
-    if (prev && e->stream_sync &&
-        pair_with(prev, regions, site, allows, phase, thread, has_stream, stream)) {
-        Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread); Py_DECREF(regions);
-        prev->has_pair = 1; prev->pair = e->index;
-        t->call = (Call *)Py_NewRef((PyObject *)prev);
-        t->mode = MODE_PAIRED;
-        prev->pair_t0 = now_ns();
+        t->mode = mode;
+#if REPEAT
+        note_position(t, last_lists); /* same_context passed: prev is last in last_lists */
+#endif
+        stamp(prev, mode);
         return;
     }
     /* handed over now, in the order this thread's calls begin (the only calls kept are the
      * outermost, so that is the order they end in too); EXIT stamps the duration */
     uint32_t corr = d->correlationId;
     int64_t tb = T0();
-    PyObject *call = new_call(e, dir, &corr, 1, has_stream, stream, site, phase, thread, allows,
-                              0, 0.0, has_ptrs, nbytes, src, dst, 0);
+    PyObject *call = new_call(e, dir, &corr, 1, k.has_stream, k.stream, site, phase, thread, allows,
+                              0, 0.0, k.has_ptrs, k.nbytes, k.src, k.dst, 0);
     TADD(P_BUILD, tb);
     Py_DECREF(site); Py_DECREF(allows); Py_DECREF(thread);
     int64_t td = T0();
@@ -769,7 +1018,10 @@ static void enter(ThreadState *t, const Entry *e, int domain, uint32_t cbid, con
     if (rc < 0) { Py_XDECREF(call); goto error; }
     t->call = (Call *)call;
     t->mode = MODE_KEPT;
-    t->call->t0 = now_ns();
+#if REPEAT
+    note_position(t, last_lists); /* deliver() left the regions' lists there */
+#endif
+    stamp(t->call, MODE_KEPT);
     return;
 error:
     errors++;
@@ -835,6 +1087,9 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             unhold(h);
         }
         t->gen = generation; t->depth = 0; t->mode = MODE_IDLE;
+#if REPEAT
+        P.valid = 0;
+#endif
     }
     int64_t t0 = T0();
     if (d->callbackSite == 0) { /* CUPTI_API_ENTER */
@@ -851,6 +1106,12 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
             TADD(P_NESTED, t0);
             return;
         }
+#if REPEAT
+        if (P.valid && repeat(t, e, d)) {
+            TADD(P_REPEAT, t0);
+            return;
+        }
+#endif
         Held h = hold();
         TADD(P_ENTER_GIL, t0);
         int64_t t1 = T0();
@@ -973,6 +1234,7 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
     stack_depth = depth;
     generation++;
     config_epoch++; /* compile_tls may be another object now */
+    scopes_epoch++;
     Py_RETURN_NONE;
 fail:
     Py_XDECREF(apis); Py_XDECREF(kinds); Py_XDECREF(roles);
@@ -1054,6 +1316,15 @@ static PyObject *fn_folding(PyObject *self, PyObject *arg) {
     if (on < 0) return NULL;
     folding = on;
     Py_RETURN_NONE;
+}
+
+static PyObject *fn_scopes_changed(PyObject *self, PyObject *noargs) {
+    scopes_epoch++; /* with the GIL, as every writer; repeat() reads it without */
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_repeats(PyObject *self, PyObject *noargs) {
+    return PyBool_FromLong(REPEAT);
 }
 
 static PyObject *fn_new_generation(PyObject *self, PyObject *noargs) {
@@ -1271,7 +1542,8 @@ static int pinned_copies(PyObject *obs, Pointers *p, char *drop) {
         const Call *k = (const Call *)o;
         int is_copy = k->role == ROLE_COPY;
         if (is_copy && cand >= 0) { drop[cand] = 1; ask[nptr++] = host[cand]; }
-        int async_host = is_copy && k->is_async && !k->has_pair && ((k->dir == DIR_H2D && k->has_src) ||
+        int async_host = is_copy && k->is_async && !k->has_pair && !k->npairs &&
+                         ((k->dir == DIR_H2D && k->has_src) ||
                                                     (k->dir == DIR_D2H && k->has_dst));
         cand = async_host ? i : -1;
         if (async_host) host[i] = k->dir == DIR_H2D ? k->src : k->dst;
@@ -1463,6 +1735,17 @@ static int add_pair(Combine *m, const Call *c, int dir) {
                         PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), c->pair));
 }
 
+/* The pairs folded into c (fold_pair), before anything else of c: each as add_pair makes it */
+static int add_pairs(Combine *m, const Call *c, int dir) {
+    for (Py_ssize_t i = 0; i < c->npairs; i++) {
+        const struct FoldedPair *f = &c->pairs[i];
+        if (add_blocking(m, c, dir, f->sync_us, f->copy_us,
+                         PyTuple_GET_ITEM(PyTuple_GET_ITEM(c->names, 0), f->pair)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int host_memory(Combine *m, const Call *c, int dir);
 
 /* The copies folded into c (fold_into), before c itself: each an async copy the next copy
@@ -1552,6 +1835,8 @@ static int combine_loop(Combine *m, PyObject *obs) {
                 if (PyErr_Occurred()) return -1;
                 if (none) { m->undirected++; continue; }
             }
+            if ((dir == DIR_H2D || dir == DIR_D2H) && c->npairs && add_pairs(m, c, dir) < 0)
+                return -1;
             if ((dir == DIR_H2D || dir == DIR_D2H) && c->nfolded && add_folded(m, c, dir) < 0)
                 return -1;
             if (dir == DIR_H2D || dir == DIR_D2H) {
@@ -1744,6 +2029,9 @@ static PyMethodDef methods[] = {
      "Drop the regions remembered for handing calls over (off() does it too)."},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
+    {"scopes_changed", fn_scopes_changed, METH_NOARGS,
+     "A region or allow was entered or left: no thread's next call is kept as a repeat of its last."},
+    {"repeats", fn_repeats, METH_NOARGS, "Whether this build keeps repeats without the GIL."},
     {"folding", fn_folding, METH_O,
      "folding(on): fold a run of like async copies into one Call (host memory told by pointer)"},
     {"timing", fn_timing, METH_VARARGS,

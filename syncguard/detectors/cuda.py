@@ -24,10 +24,12 @@ the report's detector reason says which ran.
   also holds the garbage collector off while it has the GIL, since a collection could free a
   tensor whose release calls CUDA; the Python one cannot (ctypes allocates before it runs).
 * The C callback keeps fewer objects than calls where combine's rules allow it: a stream sync
-  that completes the copy right before it rides on that copy's Call, and a run of like async
-  copies (one loop line, one host block) folds into one Call; the exit judges each as the call it
-  was, so the events are those of the Python callback's calls (torch 2.8's 100 merges: 100 Calls
-  where 200 were kept; torch >= 2.9's: one).
+  that completes the copy right before it rides on that copy's Call, a run of such pairs from one
+  line folds into one Call, and a run of like async copies (one loop line, one host block) folds
+  into one Call; the exit judges each as the call it was, so the events are those of the Python
+  callback's calls (torch 2.8's 100 merges: one Call where 200 were kept; torch >= 2.9's: one).
+  Such a call, made from where the thread's last one was with no region, allow, context or
+  other observation changed since, is kept without the GIL at all (``_cuptifast.c``, repeat()).
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
@@ -375,6 +377,7 @@ def fast_callback(hub: CuptiHub):
         thread_active=getattr(threading, "_active", None),
         dummy_thread=getattr(threading, "_DummyThread", None))
     hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
+    routing.scopes_changed = _cuptifast.scopes_changed  # what its GIL-free repeats check
     return _cuptifast, "C callback"
 
 
@@ -524,6 +527,10 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
             if direction is None:
                 undirected += 1
             elif direction == "h2d" or direction == "d2h":
+                # the C callback's Call only: earlier pairs like it (each a copy and the stream
+                # sync that completed it), folded into it, each judged as such a pair
+                for api, copy_us, sync_us in getattr(o, "folded_pairs", ()):
+                    blocking(o, api, direction, sync_us, copy_us)
                 folded = getattr(o, "folded_blocked_us", None)  # the C callback's Call only
                 if folded:  # copies like it right before it, folded into it: each unpaired
                     unknown += unpaired(o, direction, folded)
