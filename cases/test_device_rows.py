@@ -217,7 +217,7 @@ def _triton_version() -> tuple[int, int]:
     return tuple(int(x) for x in md.version("triton").split(".")[:2])
 
 
-# Measured at 973d48e (reports/gpu/2.11.0/cases-2.11.0.log, ../2.9.1/): the interpreter of
+# Measured at 973d48e (reports/archive/973d48e/gpu-2.11.0/cases-2.11.0.log, ../gpu-2.9.1/): the interpreter of
 # triton 3.5.1 and 3.6.0 cannot take a runtime argument as a range() bound under numpy 2
 # ("only 0-dimensional arrays can be converted to Python scalars"); 3.7.1 and 3.8.0 run it.
 INTERPRETER_RUNS_RANGE_OVER_ARGS = (3, 7)

@@ -7,7 +7,7 @@ The detector never calls CUDA from its callback: an early probe that called
 ``cudaPointerGetAttributes`` through the CUDA toolkit's own libcudart (a second runtime beside
 torch's) inside the callback hung the process (NOTES). So a sync-free merge's pinned copy is kept
 in full (the GIL, the user's site, a ``Call``) and its memory asked at the region's exit; on the
-H200 that is about 2% of 100 merges on torch 2.14.1 (``reports/gpu/2.14.1/overhead-2.14.1.json``,
+H200 that is about 2% of 100 merges on torch 2.14.1 (``reports/archive/51b50c2/gpu-2.14.1/overhead-2.14.1.json``,
 merges without entry and exit less CUPTI's own). Knowing "pinned" in the callback would let such a
 copy be recorded without the site. This probe asks the question where that change would: a
 small C callback (built here with ``cc``), subscribed alone, calls the ``cudaPointerGetAttributes``

@@ -19,8 +19,8 @@ class Snippet:
     before_2_9: tuple[str, ...] | None = None  # what torch < 2.9 does instead, where it differs
     # What the torch-hook fallback (debug/trace/gpu_trace) names it on torch < 2.9, where that is
     # not the truth: those hooks see a stream sync inside an op but not the copy before it, so
-    # they call every in-op wait a D2H read (measured on 2.8.0, reports/gpu/2.8.0/
-    # tests-gpu-2.8.0.log at c0bd2c4). The cuda detector reads the copy's own parameters.
+    # they call every in-op wait a D2H read (measured on 2.8.0 at c0bd2c4,
+    # reports/archive/c0bd2c4/gpu-2.8.0/tests-gpu-2.8.0.log). The cuda detector reads the copy's own parameters.
     hooks_before_2_9: tuple[str, ...] | None = None
 
     def hook_expected(self, torch_version: str) -> tuple[str, ...]:
