@@ -189,7 +189,13 @@ def apis_called(work, st) -> dict:
     timed(work, cupti_raw("py", "detector"), st)
     out["detector_callbacks"] = named_counts(HUB.lib, COUNTS)
     region = syncguard.audit(("cuda",))
-    timed(work, lambda: region, st)
+    fast = HUB.fast
+    if fast is not None:  # count the C callback's ENTERs by path (its piece timing; untimed here)
+        fast.timing(True)
+    try:
+        timed(work, lambda: region, st)
+    finally:
+        pieces = fast.timing(False) if fast is not None else {}
     obs = region.observations
     out["region"] = {"observations": len(obs), "callback": HUB.callback,
                      "carrying their stream sync": sum(getattr(o, "paired_api", None) is not None
@@ -197,6 +203,10 @@ def apis_called(work, st) -> dict:
                      # pairs like the call's own, folded into it (_cuptifast's fold_pair)
                      "pairs folded": sum(len(getattr(o, "folded_pairs", ())) for o in obs),
                      "events": len(region.report.syncs) + len(region.report.allowed)}
+    if pieces:  # the C callback: how many calls took the GIL, how many were repeats without it
+        out["region"]["ENTERs that took the GIL"] = pieces["ENTER: take the GIL"][1]
+        out["region"]["repeats kept without the GIL"] = pieces.get(
+            "ENTER: a repeat, folded or paired without the GIL (repeat())", (0, 0))[1]
     return out
 
 
@@ -517,7 +527,10 @@ def main():
                    f"{r['observations']} observation(s) at its exit, {r['carrying their stream sync']} "
                    f"of them a copy carrying the stream sync that completed it"
                    + (f" and {r['pairs folded']} earlier such pair(s) folded in" if r.get("pairs folded")
-                      else "") + f"; {r['events']} event(s)"]
+                      else "") + f"; {r['events']} event(s)"
+                   + (f". Its calls' ENTERs: {r['ENTERs that took the GIL']} took the GIL, "
+                      f"{r['repeats kept without the GIL']} were repeats kept without it"
+                      if "ENTERs that took the GIL" in r else "")]
         md.append("")
     md += ["## A cuda region's entry and exit, piece by piece", "",
            "Each step the hub takes, timed alone outside any region (median of 41, ms):", "",
