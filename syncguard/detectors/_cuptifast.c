@@ -167,7 +167,7 @@ static volatile long scopes_epoch = 1;
 #define POS_LISTS 8
 #define POS_FRAMES 1024
 typedef struct {
-    int valid, phase, nlists;
+    int valid, nlists;
     long epoch;
     uint64_t frames, ctx_ver;
     const void *ctx, *vars;
@@ -880,7 +880,6 @@ static void note_position(ThreadState *t, PyObject *lists) {
         q->sizes[i] = PyList_GET_SIZE(q->lists[i]);
     }
     q->epoch = scopes_epoch;
-    q->phase = c->phase;
     q->valid = 1;
 }
 
