@@ -876,6 +876,14 @@ def _c_hub_for_calls():
     return hub
 
 
+def _c_exit(hub, calls, functions):
+    """The C exit's whole step (``_cuptifast.by_pointer``) over ``calls``, with the arguments
+    cuda.combine_by_pointer passes it (its fields dict copied): (events, unknown, undirected), or
+    NotImplemented."""
+    return hub.fast.by_pointer(calls, functions, SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",),
+                               cuda._C_KINDS)
+
+
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
 def test_by_pointer_reports_what_combine_reports_with_pointers_asked():
     """Random observation sequences (hand-built calls, no GPU, a C stand-in for the runtime's
@@ -889,10 +897,9 @@ def test_by_pointer_reports_what_combine_reports_with_pointers_asked():
     from hypothesis import given, settings, strategies as st
 
     hub = _c_hub_for_calls()
-    args = (SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",), cuda._C_KINDS)
 
     def by_pointer(calls, functions):
-        events, unknown, undirected = hub.fast.by_pointer(calls, functions, *args)
+        events, unknown, undirected = _c_exit(hub, calls, functions)
         return events, cuda._notes(unknown, undirected)
 
     @settings(max_examples=500, deadline=None)
@@ -917,16 +924,16 @@ def test_by_pointer_reports_what_combine_reports_with_pointers_asked():
     assert fake.asked == ["functions", 0x7100, 0x7000]
     # a Python callback's CudaCall among them: NotImplemented, nothing asked
     fake = _fake_runtime(_PTR_TYPES)
-    assert hub.fast.by_pointer(run, fake.functions, *args) is NotImplemented and fake.asked == []
+    assert _c_exit(hub, run, fake.functions) is NotImplemented and fake.asked == []
     calls = [hub.fast.as_call(o) for o in run]
     with pytest.raises(ZeroDivisionError):
-        hub.fast.by_pointer(calls, lambda: 1 / 0, *args)
+        _c_exit(hub, calls, lambda: 1 / 0)
     with pytest.raises(TypeError):
-        hub.fast.by_pointer(calls, lambda: "no addresses", *args)
+        _c_exit(hub, calls, lambda: "no addresses")
     # functions() runs Python: the calls as they were when the exit began are judged
     fake = _fake_runtime(_PTR_TYPES)
     mutable = list(calls)
-    got = hub.fast.by_pointer(mutable, lambda: mutable.clear() or fake.functions(), *args)
+    got = _c_exit(hub, mutable, lambda: mutable.clear() or fake.functions())
     assert [e.kind for e, _, _ in got[0]] == ["pageable_copy"] and mutable == []
 
 
@@ -1126,8 +1133,7 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
         _, by_python = _run_program("python", program)
         hub, by_c = _run_program("c", program)
         want, want_notes = combine(by_python, ByPointer(ptrs))
-        got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                                  ("cuda",), cuda._C_KINDS)
+        got = _c_exit(hub, by_c, fake.functions)
         # (another thread's CudaCall among them: the Python loop decides, as at a real exit)
         got, notes = (combine(by_c, ByPointer(ptrs)) if got is NotImplemented
                       else (got[0], cuda._notes(*got[1:])))
@@ -1151,15 +1157,13 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
     _, by_python = _run_program("python", program)
     hub, by_c = _run_program("c", program)
     want = combine(by_python, ByPointer(ptrs))
-    got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS), ("cuda",),
-                              cuda._C_KINDS)
+    got = _c_exit(hub, by_c, fake.functions)
     assert len(by_c) == 2 and [e.kind for e, _, _ in got[0]] == ["blocking_copy_h2d"] * 2
     assert (events(got[0]), cuda._notes(*got[1:])) == (events(want[0]), want[1])
     # the pair as a blocking copy makes it: one Call, one event, its duration the sum of both
     program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)]
     hub, (call,) = _run_program("c", program)
-    (ev, _, _), = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                                      ("cuda",), cuda._C_KINDS)[0]
+    (ev, _, _), = _c_exit(hub, [call], fake.functions)[0]
     assert (ev.kind, ev.api) == ("blocking_copy_h2d", "cudaStreamSynchronize")
     assert ev.host_blocked_us == (round(call.blocked_us * 10) + round(call.paired_blocked_us * 10)) / 10
     # a run of such pairs from one line (torch 2.8's merge loop), then one copy left unpaired:
@@ -1168,8 +1172,7 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
     program = [("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)] * 3 + [("copy", 1, 41, 1, 7, 0x7000)]
     hub, (call,) = _run_program("c", program)
     assert len(call.folded_pairs) == 3 and call.paired_api is None
-    evs = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                              ("cuda",), cuda._C_KINDS)[0]
+    evs = _c_exit(hub, [call], fake.functions)[0]
     sums = [(round(c * 10) + round(s * 10)) / 10 for _, c, s in call.folded_pairs]
     assert [(e.kind, e.api, e.host_blocked_us) for e, _, _ in evs] == (
         [("blocking_copy_h2d", "cudaStreamSynchronize", b) for b in sums]
@@ -1189,16 +1192,14 @@ def test_a_stream_sync_riding_on_its_copy_gives_the_events_of_both_kept_apart():
         routing.regions.reset(token)
         hub.release(region)
     (call,) = region.observations
-    evs, unknown, _ = hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                                          ("cuda",), cuda._C_KINDS)
+    evs, unknown, _ = _c_exit(hub, [call], fake.functions)
     assert [e.kind for e, _, _ in evs] == ["pageable_copy"] * 3 and unknown == 0
     durations = [*call.folded_blocked_us, call.blocked_us]
     assert [e.host_blocked_us for e, _, _ in evs] == durations
     assert all(2000 * (i + 1) <= b for i, b in enumerate(durations)), durations
     # nothing says what host memory a run has: each copy counted unknown
     hub, (call,) = _run_program("c", [("copy", 1, 41, 1, 7, 0x9999)] * 3)
-    assert hub.fast.by_pointer([call], fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                               ("cuda",), cuda._C_KINDS)[1:] == (3, 0)
+    assert _c_exit(hub, [call], fake.functions)[1:] == (3, 0)
     assert combine([call], ByPointer(ptrs))[1] == cuda._notes(3, 0)
     # the same copy through the driver's API, then the runtime's: two calls
     obs = _run_program("c", [("copy", 1, 17, 1, 7, 0x7000), ("copy", 1, 41, 1, 7, 0x7000)])[1]
@@ -1251,8 +1252,7 @@ def test_a_loops_repeats_are_kept_without_the_gil_and_give_the_python_callbacks_
         finally:
             counts = _repeats_and_gil_takes(_cuptifast)
         assert counts == want_counts and len(by_c) == 1
-        got = hub.fast.by_pointer(by_c, fake.functions, SyncEvent, dict(cuda._SYNC_FIELDS),
-                                  ("cuda",), cuda._C_KINDS)[0]
+        got = _c_exit(hub, by_c, fake.functions)[0]
         want = combine(by_python, ByPointer(ptrs))[0]
         assert [(e.kind, e.api, e.lineno) for e, _, _ in got] == [
             (e.kind, e.api, e.lineno) for e, _, _ in want]
