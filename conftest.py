@@ -11,7 +11,7 @@ so that ``pytest tests/``, ``pytest cases/`` and ``pytest`` all load the same on
 ``HYPOTHESIS_PROFILE`` names one explicitly. No deadline anywhere: the first CUDA call of an
 example, a Triton compile or a profiler start can take far longer than the per-example default
 without anything being wrong. The profile in force and its example count go into every session
-report's provenance (``syncguard.session``).
+report's provenance (``syncguard.pytest_plugin.session``).
 """
 from __future__ import annotations
 

@@ -10,6 +10,6 @@ from setuptools import Extension, setup
 
 ext = []
 if sys.implementation.name == "cpython" and sys.version_info >= (3, 11):
-    ext.append(Extension("syncguard.detectors._cuptifast", ["syncguard/detectors/_cuptifast.c"],
+    ext.append(Extension("syncguard.detectors.cuda._cuptifast", ["src/syncguard/detectors/cuda/_cuptifast.c"],
                          extra_compile_args=["-O2"], optional=True))
 setup(ext_modules=ext)

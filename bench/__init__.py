@@ -46,7 +46,7 @@ def gpu_probe_args(rounds: int):
     """A GPU probe's arguments (``--rounds``, ``--out``, default $OUT), once the cuda detector is
     known to be available here; else exit with why it is not."""
     args = _probe_parser("--rounds", rounds).parse_args()
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda.detector import HUB
 
     why = HUB.unavailable()
     if why:

@@ -35,8 +35,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402,F401  (torch's directory is what "internal" means)
 
 from bench import emit  # noqa: E402
-from syncguard import attribution, routing  # noqa: E402
-from syncguard.detectors import cupti as C  # noqa: E402
+from syncguard.attribution import frames as attribution
+from syncguard.detectors import routing  # noqa: E402
+from syncguard.detectors.cuda import cupti as C  # noqa: E402
 from tests.test_detect import FakeHub, FakeRegion  # noqa: E402  (the CPU tests' fake libcupti)
 
 
@@ -133,7 +134,7 @@ def _fake_cudart(memory_type: int):
     """hostmem's libcudart swapped for a fake that answers every pointer query with
     ``memory_type`` (0 unregistered host memory: pageable; 1 cudaMemoryTypeHost: pinned), and no
     stream capturing: for the exit measurements only, restored after."""
-    from syncguard.detectors import hostmem
+    from syncguard.detectors.cuda import hostmem
 
     @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
     def attributes(attr, ptr):
@@ -177,7 +178,7 @@ def _c_calls(hub, calls) -> list:
 
 def _tuple_calls(calls, site) -> list:
     """The same calls as the Python callback builds them: ``CudaCall`` tuples."""
-    from syncguard.detectors.cudacalls import CudaCall
+    from syncguard.detectors.cuda.calls import CudaCall
 
     out = []
     for i, (cbid, p) in enumerate(calls):
@@ -193,7 +194,7 @@ def _tuple_calls(calls, site) -> list:
 
 
 def _observations(hub, calls, objects: str) -> list:
-    from syncguard.attribution import Site
+    from syncguard.attribution.frames import Site
 
     if objects == "Call":
         return _c_calls(hub, calls)
@@ -208,7 +209,7 @@ def _exit_per_copy(hub, objects: str, copies: int = 100, blocks: int = 1) -> flo
     (``combine_by_pointer``: with the C module, the pinned copies no sync pairs are passed over
     in C). ``objects``: the observations as the C callback makes them (``Call``) or as the Python
     one does (``CudaCall``)."""
-    from syncguard.detectors.cuda import combine_by_pointer
+    from syncguard.detectors.cuda.detector import combine_by_pointer
 
     calls = [(41, C.MemcpyAsyncParams(dst=0xd000 + i, src=0x7000 + 0x100 * (i % blocks),
                                       count=33048, kind=1, stream=0))
@@ -227,8 +228,8 @@ def _exit_per_event(hub, objects: str, pairs: int = 100) -> float:
     is one blocking copy, one event): the pointer query (a fake libcudart: pageable), the pairing
     and the event each pair becomes, and the region's judgement of the events. ``objects``: as in
     :func:`_exit_per_copy`."""
-    from syncguard.detectors.cuda import combine_by_pointer
-    from syncguard.scope import Region
+    from syncguard.detectors.cuda.detector import combine_by_pointer
+    from syncguard.regions.region import Region
 
     calls = []
     for _ in range(pairs):
@@ -280,7 +281,7 @@ def _stand_in_hub():
     detector watches (37; the H200's CUDA 13 table has 45 with the versioned ids), in place of
     the real hub while the block runs (and CUDA "set up": a CPU build); yields it."""
     from syncguard import detectors as registry
-    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
+    from syncguard.detectors.cuda.calls import DRIVER_APIS, RUNTIME_APIS
 
     hub = FakeHub()
     hub.lib.lib = _c_stand_in()
@@ -373,7 +374,7 @@ def measure(fn, calls, baseline, number=2000, repeat=15) -> float:
 
 
 def run(depth: int, between=None) -> list[tuple[str, float]]:
-    from syncguard.detectors.cudacalls import RUNTIME_APIS
+    from syncguard.detectors.cuda.calls import RUNTIME_APIS
 
     hub = FakeHub()
     hub.table[(2, 165)] = ("cudaDeviceSynchronize",) + RUNTIME_APIS["cudaDeviceSynchronize"]

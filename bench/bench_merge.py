@@ -356,7 +356,7 @@ def _environment() -> dict:
     same source as the session reports' provenance: SYNCGUARD_GIT_COMMIT on the GPU machine)."""
     import torch
 
-    from syncguard.provenance import git_state
+    from syncguard.reporting.provenance import git_state
 
     return {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
             "gpu": torch.cuda.get_device_name(0), "python": platform.python_version(),

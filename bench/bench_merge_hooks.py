@@ -9,7 +9,7 @@ import sys
 import time
 
 from syncguard.detectors.torch_hooks import _klass, merge_with_cuda
-from syncguard.events import SyncEvent
+from syncguard.records.events import SyncEvent
 
 
 def scan(found, items):

@@ -39,7 +39,7 @@ raw CUPTI subscriptions with no syncguard region, each adding one layer:
 * ``audit(cuda) pointer, Python callback``: the same with the Python callback, side by side.
 
 An untimed pass per workload then records which CUDA APIs one call of the workload makes
-(``apis``: syncguard.detectors.cupti.api_census, both whole domains), and which of them the
+(``apis``: syncguard.detectors.cuda.cupti.api_census, both whole domains), and which of them the
 detector's ids catch (``detector_callbacks``).
 """
 from __future__ import annotations
@@ -103,7 +103,7 @@ ENTER_MS: dict = collections.defaultdict(list)  # configuration -> ms spent ente
 def cuda_with(hostmem, name, callback="default"):
     """audit(cuda) with the hub's pageable/pinned method ``hostmem``; ``callback="python"`` gives
     CUPTI the Python callback even where the C one is built (switched between regions only)."""
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda.detector import HUB
 
     @contextlib.contextmanager
     def cm():
@@ -141,8 +141,8 @@ def cupti_raw(callback, ids, name=None):
     they are also recorded under it (``enter_ms``/``exit_ms``, ``ratio_inside``), so that CUPTI's
     own per-callback cost is read without them, as the region's is without its entry and exit.
     (Until this was recorded, the C no-op row's ratio held its ~45 ctypes calls too.)"""
-    from syncguard.detectors import cupti as C
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda import cupti as C
+    from syncguard.detectors.cuda.detector import HUB
 
     why = HUB.unavailable()
     if why:
@@ -181,8 +181,8 @@ def apis_called(work, st) -> dict:
     """Which CUDA runtime/driver APIs one call of ``work`` makes, and which the detector sees;
     and what one ``audit(cuda)`` region around it holds at exit (``region``: its observations,
     how many of them carry the stream sync that completed them, and its events)."""
-    from syncguard.detectors.cuda import HUB
-    from syncguard.detectors.cupti import api_census, named_counts
+    from syncguard.detectors.cuda.detector import HUB
+    from syncguard.detectors.cuda.cupti import api_census, named_counts
 
     out = {"apis": api_census(HUB.lib, lambda: timed(work, bare, st))}
     COUNTS.clear()
@@ -213,8 +213,8 @@ def apis_called(work, st) -> dict:
 def region_pieces(reps: int = 41) -> dict:
     """Where a cuda region's entry and exit time goes: each step the hub takes, timed alone
     (median of ``reps``), outside any region; and an empty ``audit(cuda)`` for the total."""
-    from syncguard.detectors import cupti as C
-    from syncguard.detectors.cuda import HUB, unwrap, wrap_profiler_start
+    from syncguard.detectors.cuda import cupti as C
+    from syncguard.detectors.cuda.detector import HUB, unwrap, wrap_profiler_start
 
     HUB.unavailable()
     lib = HUB.lib
@@ -258,9 +258,9 @@ def region_breakdown(work, st, reps: int = 21) -> dict:
     only, then restored. ms per region (total over ``reps`` regions / reps); nested steps are
     inside their callers' figures."""
     import syncguard.detectors as registry
-    import syncguard.scope as scope
-    from syncguard.detectors import cuda as cuda_mod
-    from syncguard.detectors.cuda import HUB
+    import syncguard.regions.region as scope
+    from syncguard.detectors.cuda import detector as cuda_mod
+    from syncguard.detectors.cuda.detector import HUB
 
     HUB.unavailable()
     total: dict = collections.defaultdict(float)
@@ -468,7 +468,7 @@ def main():
             body = [(x - (e + l) / 1e3) / b for x, e, l, b in zip(times[k], enter, leave, times["bare"])]
             cell["ratio_inside"] = round(statistics.median(body), 3)
     ver = torch.__version__.split("+")[0]
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda.detector import HUB
 
     doc = {"schema_version": 1, "kind": "syncguard-bench-overhead", "torch": torch.__version__,
            "callback": HUB.callback,

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 from bench.workloads import mask_merges, tiny_kernels  # noqa: E402
-from syncguard.races import RaceDetector  # noqa: E402
+from syncguard.detectors.races import RaceDetector  # noqa: E402
 
 
 def tiny(st):

@@ -34,11 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from syncguard.aggregate import aggregate  # noqa: E402
-from syncguard.codescope import default_scope  # noqa: E402
-from syncguard.detect import user_site  # noqa: E402
-from syncguard.events import SyncEvent  # noqa: E402
-from syncguard.sessionfile import SessionFile, TestEntry, load_document  # noqa: E402
+from syncguard.attribution.aggregate import aggregate  # noqa: E402
+from syncguard.attribution.codescope import default_scope  # noqa: E402
+from syncguard.detectors.hooks import user_site  # noqa: E402
+from syncguard.records.events import SyncEvent  # noqa: E402
+from syncguard.reporting.sessionfile import SessionFile, TestEntry, load_document  # noqa: E402
 
 TARGET_BYTES, TARGET_WRITE_S = 2 * 1024 * 1024, 1.0
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import torch
 
-from syncguard.events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC
+from syncguard.records.events import BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, PAGEABLE_COPY, STREAM_SYNC
 
 __all__ = [
     "VARIANT_NAMES", "NAN_CANONICALISED_WHEN_DETERMINISTIC", "DECLARED_SYNCS", "DETERMINISTIC_SYNCS", "expected_syncs",

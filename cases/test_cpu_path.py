@@ -100,7 +100,7 @@ def test_cuda_batching_pins_without_a_sync():
     # The cpu-path audit innermost: it should see batch_fields, not the sync audits' set-up.
     with syncguard.audit() as report, syncguard.forbid(), cpu_path_audit() as cpu_report:
         batch = batch_fields(items, "cuda")
-    assert report.clean and not report.allowed, syncguard.events.format_report(report)
+    assert report.clean and not report.allowed, syncguard.records.events.format_report(report)
     # The CUDA path is supposed to pin: the audit sees it, at the line that asks.
     assert {(f.filename, f.lineno) for f in cpu_report.findings} == {(batching.__file__, pin_line)}
     with syncguard.allow("test setup: copying results back to compare"):

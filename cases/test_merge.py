@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import syncguard
 from syncguard import strategies as sgs
-from syncguard.events import DETECTORS, format_report
+from syncguard.records.events import DETECTORS, format_report
 
 from cases.declared import (DECLARED_SYNCS, DECLARED_WAITS, DETERMINISTIC_SYNCS,
                             DETERMINISTIC_WAITS, DTYPE_SUPPORT, LEVELS,

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from syncguard.devices import device_for_worker  # noqa: E402
+from syncguard.pytest_plugin.devices import device_for_worker  # noqa: E402
 
 pytestmark = [
     pytest.mark.gpu,

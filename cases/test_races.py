@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from syncguard.races import RaceDetector
+from syncguard.detectors.races import RaceDetector
 from syncguard.testing import marked_line
 
 pytestmark = [pytest.mark.gpu,

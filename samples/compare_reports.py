@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from syncguard.sessionfile import load_document  # noqa: E402
+from syncguard.reporting.sessionfile import load_document  # noqa: E402
 
 
 def _sites(records):

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from syncguard import alternatives, atlas, cli
+from syncguard.records import alternatives
+from syncguard.atlas import render as atlas
+from syncguard import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = sorted(ROOT.glob("reports/atlas-runs/*.json"))

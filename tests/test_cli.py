@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from syncguard import cli
-from syncguard.events import SyncEvent
+from syncguard.records.events import SyncEvent
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
 ROOT = Path(__file__).parent.parent
@@ -769,7 +769,7 @@ def test_help_is_plain_text_and_names_every_default(capsys):
 
 
 def test_format_choices_come_from_formats(capsys):
-    from syncguard.formats import FORMATS
+    from syncguard.reporting.formats import FORMATS
     assert cli.main(["report", "x.json", "--format", "yaml"]) == 2
     err = capsys.readouterr().err
     assert all(repr(name) in err for name in FORMATS)
@@ -898,7 +898,7 @@ def test_a_report_claiming_more_syncs_than_a_report_holds_is_one_line(tmp_path, 
 
 def test_a_report_at_the_most_it_holds_is_read_one_more_is_not(tmp_path, monkeypatch, capsys):
     """The bound counts every record of every test (syncs, allowed, outside), all together."""
-    from syncguard import schema
+    from syncguard.records import schema
 
     doc = json.loads(V3.read_text())
     total = sum(r["count"] for t in doc["tests"] for k in ("syncs", "allowed", "outside")

@@ -12,11 +12,11 @@ import os
 
 import pytest
 
-from syncguard import sessionfile
-from syncguard.aggregate import SiteRecord, aggregate
-from syncguard.codescope import (EVERYWHERE, CodeScope, Frame, attribute, default_scope,
+from syncguard.reporting import sessionfile
+from syncguard.attribution.aggregate import SiteRecord, aggregate
+from syncguard.attribution.codescope import (EVERYWHERE, CodeScope, Frame, attribute, default_scope,
                                  library_name, resolve)
-from syncguard.events import SchemaError, SyncEvent
+from syncguard.records.events import SchemaError, SyncEvent
 from syncguard.testing import marked_line
 from test_plugin import FAKE, _doc, _tests, run  # noqa: F401  (run is a fixture)
 
@@ -384,7 +384,8 @@ def test_the_report_names_where_the_scope_was_given_and_the_gate_sees_one_scope(
     """Why: the report said ``(--syncguard-scope)`` for a scope from the ini too. It names the
     real source now, while the text the gate compares stays the same for either source: a
     baseline from a command-line run must not read an ini run of one scope as another scope."""
-    from syncguard import baseline, matrix
+    from syncguard.reporting import baseline
+    from syncguard.reporting import matrix
 
     ini = project.path / "tox.ini"
     sources = {"cli": (["--syncguard-scope=src"], "command line option --syncguard-scope"),
@@ -433,7 +434,8 @@ def test_the_report_names_where_everything_and_the_ignored_names_were_given(proj
 def test_a_baseline_written_when_the_scope_text_named_the_flag_sees_no_change(project, run):
     """Why: reports and baselines written before the text named no source end a given scope
     with ``(--syncguard-scope)``; the gate must not read that as another scope."""
-    from syncguard import baseline, matrix
+    from syncguard.reporting import baseline
+    from syncguard.reporting import matrix
 
     run(FAKE, "--syncguard", "--syncguard-report=r.json", "-k", "test_own",
         "--syncguard-scope=src", "--syncguard-ignore=src/mypkg/testing.py")

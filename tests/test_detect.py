@@ -21,8 +21,9 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from syncguard import detect, detectors
-from syncguard.detect import TraceRecord, classify
+from syncguard.detectors import hooks as detect
+from syncguard import detectors
+from syncguard.detectors.hooks import TraceRecord, classify
 
 REGION = "syncguard::region#1"
 
@@ -231,15 +232,15 @@ def test_profiler_stack_attribution_skips_torch_frames():
 
 import ctypes  # noqa: E402
 
-from syncguard import routing  # noqa: E402
-from syncguard.attribution import Site  # noqa: E402
-from syncguard.detectors import cupti as C  # noqa: E402
+from syncguard.detectors import routing  # noqa: E402
+from syncguard.attribution.frames import Site  # noqa: E402
+from syncguard.detectors.cuda import cupti as C  # noqa: E402
 from syncguard.testing import marked_line  # noqa: E402
-from syncguard.detectors.cuda import (DRIVER_APIS, RUNTIME_APIS, CudaCall, CuptiHub,  # noqa: E402
+from syncguard.detectors.cuda.detector import (DRIVER_APIS, RUNTIME_APIS, CudaCall, CuptiHub,  # noqa: E402
                                       canonical, combine)
-from syncguard.detectors.hostmem import ByCorrelation, ByPointer  # noqa: E402
-from syncguard.detectors import cuda  # noqa: E402
-from syncguard.events import SyncEvent  # noqa: E402
+from syncguard.detectors.cuda.hostmem import ByCorrelation, ByPointer  # noqa: E402
+from syncguard.detectors.cuda import detector as cuda  # noqa: E402
+from syncguard.records.events import SyncEvent  # noqa: E402
 
 
 class FakeLib:
@@ -284,7 +285,7 @@ class FakeLib:
 
 def _c_callback_built() -> bool:
     try:
-        from syncguard.detectors import _cuptifast  # noqa: F401
+        from syncguard.detectors.cuda import _cuptifast  # noqa: F401
     except ImportError:
         return False
     return True
@@ -341,7 +342,7 @@ def test_every_version_of_a_watched_api_gets_its_callback_enabled():
     old entry point beside the new one, and cuda.h compiles a call to the newest, so a C++
     extension calling cuMemcpyDtoH or cuCtxSynchronize reaches the _v2 id. Both must be watched
     (0133499 kept only the first id per name and saw no direct driver copy or device sync)."""
-    from syncguard.detectors.cudacalls import callback_table
+    from syncguard.detectors.cuda.calls import callback_table
 
     names = {(1, 17): "cuCtxSynchronize", (1, 600): "cuCtxSynchronize_v2",
              (1, 30): "cuMemcpyDtoH", (1, 290): "cuMemcpyDtoH_v2", (1, 31): "cuLaunchKernel",
@@ -487,7 +488,7 @@ def test_a_copy_made_while_torch_compiles_has_the_compile_phase(path):
     "run" too (the context is per thread). The C callback reads torch's thread-local itself
     (attribution.compile_context_tls); the Python one calls CompileContext.try_get."""
     guards = pytest.importorskip("torch._guards")
-    from syncguard import attribution
+    from syncguard.attribution import frames as attribution
 
     assert attribution.compile_context_tls() is guards._TLS  # this torch's try_get is that read
     hub, region = FakeHub(path=path), FakeRegion()
@@ -729,7 +730,7 @@ def test_backward_engine_is_proxied_while_subscribed_and_engine_thread_syncs_rea
 def test_a_sync_seen_by_cuda_and_a_torch_hook_is_one_event():
     """Hand-built events (no GPU): detectors=('cuda','debug') merge on line and sync class."""
     from syncguard.detectors.torch_hooks import merge_with_cuda
-    from syncguard.events import SyncEvent
+    from syncguard.records.events import SyncEvent
 
     cu = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py", lineno=3,
                    detectors=("cuda",))
@@ -754,7 +755,7 @@ def test_merging_hook_events_into_cuda_ones_keeps_the_scan_rule(found, items):
     syncs in one region); what it returns is what the plain scan returned, in the same order."""
     from bench.bench_merge_hooks import scan  # the plain scan it was: the rule, written out
     from syncguard.detectors.torch_hooks import merge_with_cuda
-    from syncguard.events import SyncEvent
+    from syncguard.records.events import SyncEvent
 
     def events(rows):
         # (each its own host time, so that taking another event of the same line shows)
@@ -798,7 +799,7 @@ def test_markers_count_by_thread_and_time_where_the_event_tree_cut_them():
 def test_named_counts_turn_callback_counts_into_calls_per_api():
     """The census's and the overhead bench's naming: ENTER and EXIT are one call; a driver id
     reads "drv", a runtime id "rt", an id CUPTI cannot name "cbid N" (fake name table)."""
-    from syncguard.detectors.cupti import named_counts
+    from syncguard.detectors.cuda.cupti import named_counts
 
     names = {(1, 300): "cuMemcpyHtoDAsync_v2", (2, 41): "cudaMemcpyAsync_v3020"}
     lib = types.SimpleNamespace(callback_name=lambda d, i: names.get((d, i)))
@@ -1237,7 +1238,7 @@ def test_a_loops_repeats_are_kept_without_the_gil_and_give_the_python_callbacks_
     GIL, which grows the Call's room; every later call repeats the last from the same place and
     is kept without the GIL: 8 of 10 ENTERs, then 4 of 6. The events are the Python callback's
     (which keeps every call), through the C exit."""
-    from syncguard.detectors import _cuptifast
+    from syncguard.detectors.cuda import _cuptifast
 
     if not _cuptifast.repeats():
         pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
@@ -1268,7 +1269,7 @@ def test_a_repeat_takes_the_gil_again_once_a_scope_or_the_context_changed_in_bet
     allows and site are the same: one Call either way."""
     import contextvars
 
-    from syncguard.detectors import _cuptifast
+    from syncguard.detectors.cuda import _cuptifast
 
     if not _cuptifast.repeats():
         pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
@@ -1439,7 +1440,7 @@ def test_no_garbage_collection_runs_inside_the_c_callback(monkeypatch):
     collected after the callback, not in it; a collector the program disabled stays disabled."""
     import gc
 
-    from syncguard import attribution
+    from syncguard.attribution import frames as attribution
 
     during = []
     make_site = attribution.site_from_frames

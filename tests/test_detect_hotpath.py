@@ -1,6 +1,6 @@
 """The cuda detector's hot-path caches and fast constructors (CPU only, no CUDA, no libcupti).
 
-The caches in syncguard.attribution never need invalidating: a code object's co_filename,
+The caches in syncguard.attribution.frames never need invalidating: a code object's co_filename,
 co_name and co_firstlineno are immutable, so "is this frame internal" (a function of co_filename
 and torch's directory) and the Site built from a chain of (code, lineno) pairs cannot change for
 the same key. What these tests check is that the cached answers equal what the frames say,
@@ -15,8 +15,9 @@ import sys
 
 import pytest
 
-from syncguard import attribution, routing
-from syncguard.attribution import Site
+from syncguard.attribution import frames as attribution
+from syncguard.detectors import routing
+from syncguard.attribution.frames import Site
 from syncguard.testing import marked_line
 
 
@@ -100,9 +101,9 @@ def test_device_to_device_copy_is_recorded_without_a_stack_walk_and_still_ends_p
     H2D copy is judged alone (pinned: no wait) and the sync is a plain stream sync."""
     import ctypes
 
-    from syncguard.detectors import cupti as C
-    from syncguard.detectors.cuda import combine
-    from syncguard.detectors.hostmem import ByCorrelation
+    from syncguard.detectors.cuda import cupti as C
+    from syncguard.detectors.cuda.detector import combine
+    from syncguard.detectors.cuda.hostmem import ByCorrelation
     from tests.test_detect import FakeHub, FakeRegion, _c_callback_built
 
     if path == "c" and not _c_callback_built():
@@ -153,7 +154,7 @@ def test_the_c_callback_is_built_where_a_compiler_and_cpython_3_11_are():
            and os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))
     if not can:
         pytest.skip("no C compiler or Python headers here: the Python callback runs")
-    from syncguard.detectors import _cuptifast
+    from syncguard.detectors.cuda import _cuptifast
 
     assert callable(_cuptifast.configure) and _cuptifast.callback_address()
 
@@ -177,7 +178,7 @@ def test_the_c_callback_attributes_like_the_frames_say(internal):
     once from another line."""
     import ctypes
 
-    from syncguard.detectors import cupti as C
+    from syncguard.detectors.cuda import cupti as C
     from tests.test_detect import FakeHub, FakeRegion, _c_callback_built
 
     if not _c_callback_built():
@@ -217,7 +218,7 @@ def test_pointer_functions_say_none_while_the_stream_captures(monkeypatch):
     captures a graph, or when asking whether it does fails (then nothing may be asked)."""
     import ctypes
 
-    from syncguard.detectors import hostmem
+    from syncguard.detectors.cuda import hostmem
     from tests.test_detect import _fake_runtime
 
     torch = pytest.importorskip("torch")
@@ -246,8 +247,8 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
     2 pinned, 3 device, 5 managed: cupti_activity.h). Copies whose call names no direction
     (cudaMemcpyDefault) get it from both pointers; a device-to-device copy's pointers are not
     asked."""
-    from syncguard.detectors import hostmem
-    from syncguard.detectors.cudacalls import CudaCall
+    from syncguard.detectors.cuda import hostmem
+    from syncguard.detectors.cuda.calls import CudaCall
     from tests.test_detect import _c_callback_built, _fake_runtime
 
     if path == "c" and not _c_callback_built():
@@ -268,7 +269,7 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
                                  (10, 0x4000, 0x9000))]
     fast = None
     if path == "c":
-        from syncguard.detectors import _cuptifast as fast
+        from syncguard.detectors.cuda import _cuptifast as fast
     got = hostmem.pointer_kinds(fast)
     assert asked == []  # nothing is asked before a copy needs it
     # what each copy is judged to be, written by hand from the pointers above

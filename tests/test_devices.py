@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from syncguard.devices import current_worker_id, device_for_worker, worker_index
+from syncguard.pytest_plugin.devices import current_worker_id, device_for_worker, worker_index
 
 
 @pytest.mark.parametrize("count, expected", [

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from syncguard.aggregate import aggregate
-from syncguard.events import RegionReport, SyncEvent
-from syncguard.explain import HINTS, group_by_site, hint_for, failure_table, summary_lines
-from syncguard.sessionfile import TestEntry
+from syncguard.attribution.aggregate import aggregate
+from syncguard.records.events import RegionReport, SyncEvent
+from syncguard.reporting.explain import HINTS, group_by_site, hint_for, failure_table, summary_lines
+from syncguard.reporting.sessionfile import TestEntry
 
 
 @pytest.fixture

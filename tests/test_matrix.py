@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from syncguard import baseline as bl
-from syncguard import matrix as mx
-from syncguard import timing
-from syncguard.events import RaceEvent, SchemaError, SyncEvent
-from syncguard.formats import render_markdown, to_json
-from syncguard.sessionfile import TestEntry, load_document
+from syncguard.reporting import baseline as bl
+from syncguard.reporting import matrix as mx
+from syncguard.reporting import timing
+from syncguard.records.events import RaceEvent, SchemaError, SyncEvent
+from syncguard.reporting.formats import render_markdown, to_json
+from syncguard.reporting.sessionfile import TestEntry, load_document
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
 DECL = "cases/test_merge.py::test_declared_sync[index_put_cpu_mask]"

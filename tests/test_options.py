@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from syncguard import options
-from syncguard.detect import SYNC_APIS
+from syncguard.pytest_plugin import options
+from syncguard.detectors.hooks import SYNC_APIS
 
 
 def test_syncguard_marker_parses_and_validates():

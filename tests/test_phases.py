@@ -10,13 +10,13 @@ import dataclasses
 
 import pytest
 
-from syncguard.aggregate import aggregate
-from syncguard.events import SyncEvent
-from syncguard.explain import HINTS, hint_for, summary_lines
+from syncguard.attribution.aggregate import aggregate
+from syncguard.records.events import SyncEvent
+from syncguard.reporting.explain import HINTS, hint_for, summary_lines
 import syncguard
-from syncguard.phases import not_failing_reason, parse_phases
+from syncguard.attribution.phases import not_failing_reason, parse_phases
 from syncguard.testing import fake_sync
-from syncguard.sessionfile import TestEntry
+from syncguard.reporting.sessionfile import TestEntry
 
 
 def ev(phase="run", line=1, op="aten::nonzero"):
@@ -80,7 +80,7 @@ def test_summary_lists_not_failing_phase_sites_with_line_and_hint():
 
 
 def test_matrix_names_the_phase_of_a_sync():
-    from syncguard import matrix as mx
+    from syncguard.reporting import matrix as mx
 
     run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
     moved = [dataclasses.replace(ev("compile", 7), reason=not_failing_reason("compile"))]
@@ -93,7 +93,7 @@ def test_matrix_names_the_phase_of_a_sync():
 def test_matrix_and_gate_count_compile_syncs_apart_from_run_syncs():
     """One per-site record holding 3 run-phase and 2 compile-phase syncs: the cell lists each
     phase's syncs with their phase, and the gate budgets them as two sites."""
-    from syncguard import matrix as mx
+    from syncguard.reporting import matrix as mx
 
     run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
     events = [ev("run", 7)] * 3 + [ev("compile", 7)] * 2

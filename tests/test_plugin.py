@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from syncguard import sessionfile
-from syncguard.events import DETECTORS
+from syncguard.reporting import sessionfile
+from syncguard.records.events import DETECTORS
 
 # pytester's in-process runs drop modules first imported inside them; import the heavy ones here
 # so each inner run does not pay for them again.
@@ -28,8 +28,8 @@ with warnings.catch_warnings():  # libcst (used to write failing-example patches
         pass
 import rich.console  # noqa: E402,F401
 import rich.table  # noqa: E402,F401
-import syncguard.explain  # noqa: E402,F401
-import syncguard.session  # noqa: E402,F401
+import syncguard.reporting.explain  # noqa: E402,F401
+import syncguard.pytest_plugin.session  # noqa: E402,F401
 import torch  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +47,11 @@ def _plugin_args() -> list[str]:
 
 @pytest.fixture
 def run(pytester, monkeypatch):
-    # POISON_CONFTEST replaces syncguard.poison.sticky_error, and an in-process run leaves it
+    # POISON_CONFTEST replaces syncguard.pytest_plugin.poison.sticky_error, and an in-process run leaves it
     # replaced: later in-process runs on the same xdist worker read "poisoned". Put it back.
-    import syncguard.poison
+    import syncguard.pytest_plugin.poison
 
-    monkeypatch.setattr(syncguard.poison, "sticky_error", syncguard.poison.sticky_error)
+    monkeypatch.setattr(syncguard.pytest_plugin.poison, "sticky_error", syncguard.pytest_plugin.poison.sticky_error)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
@@ -148,7 +148,7 @@ def test_help_names_every_default(pytester, run):
             blocks[flag] = line
         elif line.startswith("    ") and blocks:
             blocks[flag] += line
-    from syncguard.options import OPTIONS
+    from syncguard.pytest_plugin.options import OPTIONS
     for flag, *_ in OPTIONS:
         assert "(default: " in blocks[flag], blocks[flag]
     assert "(default: fail)" in blocks["--syncguard-mode"]
@@ -194,7 +194,7 @@ def _usage_error_line(res) -> str:
 
 
 def test_the_bad_value_table_names_every_option():
-    from syncguard.options import OPTIONS
+    from syncguard.pytest_plugin.options import OPTIONS
     assert set(BAD_VALUE) == {dest for _, dest, *_ in OPTIONS} | {"syncguard_warmup"}
 
 
@@ -211,7 +211,7 @@ def test_a_bad_ini_value_names_the_ini_key_and_file(pytester, run, dest):
 
 
 @pytest.mark.parametrize("flag", [f for f, _, _, _, kw, _ in __import__(
-    "syncguard.options", fromlist=["OPTIONS"]).OPTIONS if kw.get("action") != "store_true"])
+    "syncguard.pytest_plugin.options", fromlist=["OPTIONS"]).OPTIONS if kw.get("action") != "store_true"])
 def test_a_bad_command_line_value_names_the_flag(pytester, run, flag):
     pytester.makepyfile(test_m="def test_x(): pass")
     pytester.makefile(".ini", tox="[pytest]\n")
@@ -540,7 +540,7 @@ def test_interrupt_and_sys_exit_leave_valid_report_and_no_region(pytester, run):
     assert doc["complete"] is False
     t = _tests(doc)
     assert sorted(t) == ["test_a", "test_exit"] and t["test_exit"]["outcome"] == "failed"
-    from syncguard import scope
+    from syncguard.regions import region as scope
     assert scope._regions.get() == () and scope._allows.get() == ()
 
 
@@ -702,9 +702,9 @@ def test_xdist_merges_workers_into_one_report(pytester, run):
 
 POISON_CONFTEST = """
     # FAKE sticky CUDA error: replaces the probe for CPU plumbing tests, never touches CUDA.
-    import syncguard.poison
+    import syncguard.pytest_plugin.poison
     POISONED = []
-    syncguard.poison.sticky_error = lambda: POISONED[0] if POISONED else None
+    syncguard.pytest_plugin.poison.sticky_error = lambda: POISONED[0] if POISONED else None
 """
 POISON_TESTS = """
     import os, pytest, conftest
@@ -973,7 +973,7 @@ def test_every_setting_reaches_an_isolated_child_through_its_command_line(pytest
     table carries (a field added to Settings without a value here fails the first assert)."""
     import dataclasses
 
-    from syncguard.options import Settings, command_line, resolve_settings
+    from syncguard.pytest_plugin.options import Settings, command_line, resolve_settings
     chosen = Settings(enabled=True, mode="warn", detectors=("debug", "trace"), races=True,
                       require_cuda=True, fail_on_phase=("compile",), scope=("src", "lib"),
                       ignore=("src/util.py",), keep_events=True, max_stacks=0, predict=True)

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from syncguard.events import SyncError
+from syncguard.records.events import SyncError
 from syncguard.predict import CudaStandIn, predicting
-from syncguard.predict.derive import measured_kinds
+from rulelearn.derive import measured_kinds
 from syncguard.predict.rules import RuleTable, load_rules
 
 from overlap import overlapping

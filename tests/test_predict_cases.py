@@ -11,10 +11,10 @@ import os
 import pytest
 
 from cases import merge
-from syncguard.events import SyncError
+from syncguard.records.events import SyncError
 from syncguard.predict import predicting
-from syncguard.predict.calibrate import calibrate_cases
-from syncguard.predict.derive import measured_kinds
+from rulelearn.calibrate import calibrate_cases
+from rulelearn.derive import measured_kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Session reports of cases/ compared with: their declared syncs are syncguard's debug+trace+
@@ -171,7 +171,7 @@ def test_a_session_report_claiming_a_billion_syncs_is_refused_before_it_is_expan
     had it build a list of a billion pairs; now it is read as any report is, and refused."""
     import json
 
-    from syncguard.schema import SchemaError
+    from syncguard.records.schema import SchemaError
 
     with open(_session_report("2.11.0"), encoding="utf-8") as f:
         doc = json.load(f)
@@ -191,7 +191,7 @@ def test_calibrate_cases_reads_the_session_report_once(monkeypatch):
     checked document has all of it."""
     import builtins
 
-    from syncguard import sessionfile
+    from syncguard.reporting import sessionfile
 
     path = _session_report("2.11.0")
     reads = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import syncguard
-from syncguard.events import SyncError
+from syncguard.records.events import SyncError
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def run(pytester):
 
 
 def _tests(pytester):
-    from syncguard.sessionfile import read_json
+    from syncguard.reporting.sessionfile import read_json
 
     return {t["nodeid"].split("::")[-1]: t for t in read_json(pytester.path / "r.json")["tests"]}
 
@@ -131,9 +131,9 @@ def test_library_regions_predict():
 
 
 def test_the_matrix_labels_a_predicted_sync():
-    from syncguard import matrix as mx
-    from syncguard.events import SyncEvent
-    from syncguard.sessionfile import TestEntry
+    from syncguard.reporting import matrix as mx
+    from syncguard.records.events import SyncEvent
+    from syncguard.reporting.sessionfile import TestEntry
 
     run = mx.Run("torch 2.13.0 · predicted", "r.json", "2.13.0", "cpu", None)
     ev = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py",

@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from syncguard.predict.calibrate import calibrate_suite
-from syncguard.predict.derive import (CAPTURE_WHY, CorpusRun, derive, load_runs,
+from rulelearn.calibrate import calibrate_suite
+from rulelearn.derive import (CAPTURE_WHY, CorpusRun, derive, load_runs,
                                       measured_events, normalise_op, run_snippets)
 from syncguard.predict.engine import Observation
 from syncguard.predict.rules import load_rules

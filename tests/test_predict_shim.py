@@ -23,7 +23,7 @@ import torch
 
 from overlap import overlapping
 from syncguard.predict import CudaStandIn, predicting
-from syncguard.predict.derive import measured_kinds
+from rulelearn.derive import measured_kinds
 from syncguard.predict.tensors import unwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -9,7 +9,7 @@ import os
 import pytest
 
 PREDICT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "syncguard", "predict")
+                       "src", "syncguard", "predict")
 FILES = sorted(f for f in os.listdir(PREDICT) if f.endswith(".py"))
 
 

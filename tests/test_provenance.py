@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from syncguard import provenance
+from syncguard.reporting import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git executable")
@@ -60,7 +60,7 @@ def test_code_digest_changes_with_any_source_file(tmp_path):
     assert provenance.code_digest(pkg) == first and len(first) == 64
     (pkg / "sub" / "b.py").write_text("y = 3\n")
     assert provenance.code_digest(pkg) != first
-    assert provenance.code_digest() == provenance.code_digest(ROOT / "syncguard")
+    assert provenance.code_digest() == provenance.code_digest(ROOT / "src" / "syncguard")
 
 
 def test_a_session_report_carries_its_provenance(pytester, tmp_path):

@@ -1,4 +1,4 @@
-"""CPU plumbing tests for syncguard.races.
+"""CPU plumbing tests for syncguard.detectors.races.
 
 No GPU here, so nothing in this file proves GPU behaviour (cases/test_races.py does that on the
 device). What runs here is real code fed with FAKES, each one named where it is used:
@@ -17,9 +17,9 @@ import pytest
 from syncguard.testing import marked_line
 import torch
 
-from syncguard import races
-from syncguard.events import RACE, RaceEvent
-from syncguard.races import PinnedTracker, RaceDetector, byte_range
+from syncguard.detectors import races
+from syncguard.records.events import RACE, RaceEvent
+from syncguard.detectors.races import PinnedTracker, RaceDetector, byte_range
 
 san = pytest.importorskip("torch.cuda._sanitizer")
 from torch.utils import _python_dispatch as pd  # noqa: E402
@@ -54,7 +54,7 @@ def test_without_cuda_start_stop_do_nothing(monkeypatch):
 
 
 def test_import_touches_neither_cuda_nor_the_sanitizer():
-    code = ("import sys, torch, syncguard.races; "
+    code = ("import sys, torch, syncguard.detectors.races; "
             "assert 'torch.cuda._sanitizer' not in sys.modules; "
             "assert not torch.cuda.is_initialized(); print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

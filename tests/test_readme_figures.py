@@ -73,24 +73,6 @@ def test_the_readme_says_a_cpu_run_checks_no_sync():
     assert "A CPU CI run checks no sync." in text
 
 
-def test_the_module_map_names_every_module_once():
-    """README's "How it is built" has one row per module of syncguard/ (detectors/ by file, its C
-    source included, the predict package as one row), and no row for a module that is gone."""
-    import re
-
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## How it is built"):]
-    rows = re.findall(r"^\| `([^`]+)` \|", section, flags=re.M)
-    pkg = ROOT / "syncguard"
-    modules = sorted(
-        [p.name for p in pkg.glob("*.py") if p.name != "__init__.py"]
-        + [f"detectors/{p.name}" for p in (pkg / "detectors").iterdir()
-           if p.suffix in (".py", ".c")]  # the C callback is a module too
-        + [f"{d.name}/" for d in pkg.iterdir() if d.is_dir() and d.name != "detectors"
-           and (d / "__init__.py").exists()])
-    assert sorted(rows) == modules, set(rows) ^ set(modules)
-
-
 def test_the_sentence_under_the_version_table_names_exactly_the_cells_over_the_target():
     """Made-up runs (not the evidence): one cell over, one exactly at the target, one under."""
     def run(torch, ratios):

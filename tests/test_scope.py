@@ -13,10 +13,10 @@ import types
 import pytest
 
 import syncguard
-from syncguard import detect
-from syncguard.attribution import Site
-from syncguard.events import Report, SyncEvent
-from syncguard.scope import parse_detectors
+from syncguard.detectors import hooks as detect
+from syncguard.attribution.frames import Site
+from syncguard.records.events import Report, SyncEvent
+from syncguard.regions.region import parse_detectors
 from syncguard.testing import fake_sync, marked_line
 
 FAKE = ("fake",)
@@ -357,11 +357,11 @@ def test_auto_takes_cuda_while_another_thread_runs(monkeypatch):
 def test_parse_detectors_accepts_auto_and_cuda():
     assert parse_detectors("auto") == ("auto",)
     assert parse_detectors("cuda,profile") == ("cuda", "profile")
-    assert syncguard.events.DETECTORS == ("auto",)
+    assert syncguard.records.events.DETECTORS == ("auto",)
 
 
 def test_phase_events_are_recorded_but_count_only_when_asked(monkeypatch):
-    from syncguard import attribution
+    from syncguard.attribution import frames as attribution
 
     monkeypatch.setattr(attribution, "compiling", lambda: True)
     with syncguard.forbid(FAKE) as report:
@@ -383,7 +383,7 @@ def test_graph_capture_setup_is_recognised_by_code_object_not_file_name():
     """A frame running torch.cuda.graph.__enter__'s code is capture set-up (no GPU needed to
     test the lookup: the code object is called through a stand-in, never executed by torch)."""
     torch = pytest.importorskip("torch")
-    from syncguard import attribution
+    from syncguard.attribution import frames as attribution
 
     graphs = sys.modules.get("torch.cuda.graphs") or __import__("torch.cuda.graphs")
     code = torch.cuda.graphs.graph.__enter__.__code__
@@ -410,7 +410,7 @@ def test_allow_audit_forbid_compile_with_fullgraph():
     cf = torch.compile(f, fullgraph=True, backend="eager")
     x = torch.ones(3)
     assert torch.equal(cf(x), f(x))
-    assert syncguard.scope._regions.get() == () and syncguard.scope._allows.get() == ()
+    assert syncguard.regions.region._regions.get() == () and syncguard.regions.region._allows.get() == ()
 
 
 def test_graph_break_runs_eagerly_and_stays_covered_by_allow():
@@ -429,7 +429,7 @@ def test_graph_break_runs_eagerly_and_stays_covered_by_allow():
         cg(torch.ones(3))
     assert [e.reason for e in report.allowed] == ["token count"] and report.syncs == []
     assert report.allowed[0].lineno == line_of("L-BREAK")
-    assert syncguard.scope._allows.get() == ()
+    assert syncguard.regions.region._allows.get() == ()
 
 
 def test_compile_phase_is_read_from_the_compilers_own_context():
@@ -531,7 +531,7 @@ def test_region_arguments_parse_the_same_each_time_however_given():
 def test_one_allow_object_entered_by_two_tasks_and_two_threads_at_once():
     """A module-level allow shared by concurrent tasks: leaving it in one task had popped the
     other task's token (ValueError: created in a different Context)."""
-    from syncguard import routing
+    from syncguard.detectors import routing
     shared = syncguard.allow("the same allow, entered concurrently")
 
     async def task(delay):
@@ -584,7 +584,7 @@ def test_max_bounds_each_entry_of_a_reused_allow_object():
 
 
 def test_regions_left_out_of_order_are_both_gone():
-    from syncguard import routing
+    from syncguard.detectors import routing
     outer, inner = syncguard.audit(FAKE), syncguard.audit(FAKE)
     outer.__enter__()
     inner.__enter__()
@@ -688,7 +688,7 @@ def test_an_argument_of_the_wrong_type_is_named_in_one_line(kw):
 
 
 def test_allow_api_takes_every_name_an_event_can_carry_and_nothing_else():
-    from syncguard.detectors.cudacalls import DRIVER_APIS, RUNTIME_APIS
+    from syncguard.detectors.cuda.calls import DRIVER_APIS, RUNTIME_APIS
     for api in ("cudaStreamSynchronize", "cuStreamSynchronize", "cudaMemcpyAsync_ptsz",
                 *RUNTIME_APIS, *DRIVER_APIS):
         assert syncguard.allow("r", api=api).api == api
@@ -718,7 +718,7 @@ def test_entering_or_leaving_a_region_or_an_allow_says_so_to_the_cuda_detectors_
     """routing.scopes_changed is told of every change to a context's regions or allows (the C
     callback keeps a call that repeats the last one without the GIL only while none happened:
     detectors/_cuptifast.c, repeat()); a region left out of order too."""
-    from syncguard import routing
+    from syncguard.detectors import routing
 
     told = []
     monkeypatch.setattr(routing, "scopes_changed", lambda: told.append(1))

@@ -51,8 +51,8 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from syncguard.atlas import wait_text  # noqa: E402  (one spelling of a cell, shared)
-from syncguard.detect import markers_around  # noqa: E402  (one rule for "inside a marker")
+from syncguard.atlas.render import wait_text  # noqa: E402  (one spelling of a cell, shared)
+from syncguard.detectors.hooks import markers_around  # noqa: E402  (one rule for "inside a marker")
 
 SCHEMA = "syncguard-corpus-run"
 SCHEMA_VERSION = 2
@@ -249,7 +249,7 @@ def detector_sets() -> dict[str, str | None]:
     except ImportError:
         names = ()
     if not names:
-        from syncguard import events
+        from syncguard.records import events
 
         names = tuple(getattr(events, "ALL_DETECTORS", ()))
     sets = {"default": None}
@@ -394,10 +394,10 @@ def judge(case: dict, truth: dict, det: dict) -> dict:
 # The run.
 
 def provenance(started: float) -> dict:
-    from syncguard.sessionfile import environment
+    from syncguard.reporting.sessionfile import environment
 
     env = environment()
-    from syncguard import provenance as prov
+    from syncguard.reporting import provenance as prov
 
     commit = (prov.git_state(ROOT) or {}).get("commit")  # honours SYNCGUARD_GIT_COMMIT
     digest = hashlib.sha256("".join(prov.code_digest(os.path.join(ROOT, sub)) for sub in (

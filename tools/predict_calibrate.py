@@ -45,9 +45,9 @@ def not_runnable(snip: dict, crashed: str) -> bool:
 
 
 def calibrate(target: str, table, runs, snippets, states) -> tuple[list, list]:
-    from syncguard.predict.calibrate import (Calibration, calibrate_held_out, calibrate_suite,
+    from rulelearn.calibrate import (Calibration, calibrate_held_out, calibrate_suite,
                                              nearest_run)
-    from syncguard.predict.derive import observe, run_snippets
+    from rulelearn.derive import observe, run_snippets
 
     ran = run_snippets(snippets, states, table, target)
     nearest = {s: nearest_run([r for r in runs if r.has(s)], target, table) for s in SUITES}
@@ -74,10 +74,10 @@ def main() -> int:
     import torch
 
     from predict_rules import snippets_and_states
-    from syncguard.predict.calibrate import calibrate_cases
-    from syncguard.predict.derive import load_runs
+    from rulelearn.calibrate import calibrate_cases
+    from rulelearn.derive import load_runs
     from syncguard.predict.rules import load_rules
-    from syncguard.sessionfile import write_atomic
+    from syncguard.reporting.sessionfile import write_atomic
 
     warnings.filterwarnings("ignore", message="Sparse invariant checks")
     table = load_rules()

@@ -36,8 +36,8 @@ LEFT_OUT = {"cases/test_races.py": "race detection needs CUDA's sanitizer; not p
 
 
 def _deliver(event):
-    from syncguard import scope
-    from syncguard.detect import Observation, Site
+    from syncguard.regions import region as scope
+    from syncguard.detectors.hooks import Observation, Site
 
     return scope._deliver(Observation("fake", Site(event.filename, event.lineno, event.function,
                                                    event.stack), event.thread, api=event.api,
@@ -50,7 +50,7 @@ class Harness:
         self.results: dict[str, dict] = {}
 
     def pytest_configure(self, config):
-        from syncguard import scope
+        from syncguard.regions import region as scope
         from syncguard.predict import predicting
 
         # what the plugin's wiring will do: every region a test opens is fed by the predictor
@@ -113,7 +113,7 @@ def _headline(error: str) -> str:
 
 def run_suite(name: str, target: str, table) -> tuple[list, list, list, str]:
     """Run one suite under prediction; rows compared with its committed run."""
-    from syncguard.predict.calibrate import _line_mapper
+    from rulelearn.calibrate import _line_mapper
 
     args, rootdir, ref = SUITES[name]
     h = Harness()
@@ -156,7 +156,7 @@ def main() -> int:
     import torch
 
     from syncguard.predict.rules import load_rules
-    from syncguard.sessionfile import write_atomic
+    from syncguard.reporting.sessionfile import write_atomic
 
     target = torch.__version__.split("+")[0]
     table = load_rules()

@@ -28,7 +28,7 @@ def snippets_and_states():
 
 def build():
     """(derivation, problems) from the committed runs."""
-    from syncguard.predict.derive import derive, load_runs, observe
+    from rulelearn.derive import derive, load_runs, observe
 
     snippets, states = snippets_and_states()
     runs = load_runs(ROOT)
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
         print("usage: predict_rules.py derive|check", file=sys.stderr)
         return 2
     from syncguard.predict.rules import RULES_PATH
-    from syncguard.sessionfile import write_atomic
+    from syncguard.reporting.sessionfile import write_atomic
 
     d, problems, crashed = build()
     text = d.table.to_json()

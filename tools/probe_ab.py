@@ -20,7 +20,7 @@ import time
 import torch
 
 import syncguard
-from syncguard.detectors.cuda import HUB
+from syncguard.detectors.cuda.detector import HUB
 
 # this tree's bench/ (the shared workloads), appended: ``syncguard`` stays whatever PYTHONPATH finds
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

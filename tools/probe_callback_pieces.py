@@ -25,7 +25,7 @@ import sys
 import torch
 
 import syncguard
-from syncguard.detectors.cuda import HUB
+from syncguard.detectors.cuda.detector import HUB
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree's bench/
 from bench.workloads import mask_merges, merge_state, tiny_kernels  # noqa: E402

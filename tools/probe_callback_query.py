@@ -37,9 +37,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch  # noqa: E402
 
 from bench.workloads import mask_merges, merge_state  # noqa: E402
-from syncguard.detectors import cupti as C  # noqa: E402
-from syncguard.detectors.cudacalls import callback_table  # noqa: E402
-from syncguard.detectors.hostmem import pointer_functions  # noqa: E402
+from syncguard.detectors.cuda import cupti as C  # noqa: E402
+from syncguard.detectors.cuda.calls import callback_table  # noqa: E402
+from syncguard.detectors.cuda.hostmem import pointer_functions  # noqa: E402
 
 SOURCE = r"""
 #include <stdint.h>

@@ -26,8 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import bench.bench_callback as bench  # noqa: E402
 from bench import emit  # noqa: E402
 import syncguard.detectors as registry  # noqa: E402
-from syncguard import scope  # noqa: E402
-from syncguard.detectors import cuda, cudacalls  # noqa: E402
+from syncguard.regions import region as scope  # noqa: E402
+from syncguard.detectors.cuda import detector as cuda
+from syncguard.detectors.cuda import calls as cudacalls  # noqa: E402
 
 STEPS = [(scope.Region, n) for n in ("__enter__", "_cuda_unavailable", "_arm", "__exit__",
                                      "_disarm", "_finalize", "_judge")]

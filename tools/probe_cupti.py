@@ -29,8 +29,8 @@ def main(out_dir: str) -> None:
 
     import torch
 
-    from syncguard.detectors import cupti as C
-    from syncguard.detectors.cuda import DRIVER_APIS, HUB, RUNTIME_APIS, canonical
+    from syncguard.detectors.cuda import cupti as C
+    from syncguard.detectors.cuda.detector import DRIVER_APIS, HUB, RUNTIME_APIS, canonical
 
     res["torch"], res["cuda"] = torch.__version__, torch.version.cuda
     res["mapped_before_init"] = C.mapped_libcupti()

@@ -31,8 +31,8 @@ from bench import emit_doc, gpu_probe_args  # noqa: E402
 
 from bench.design import round_order, whole_cycles  # noqa: E402
 from bench.workloads import mask_merges, merge_state, tiny_kernels  # noqa: E402
-from syncguard.detectors import cupti as C  # noqa: E402
-from syncguard.detectors.cuda import HUB  # noqa: E402
+from syncguard.detectors.cuda import cupti as C  # noqa: E402
+from syncguard.detectors.cuda.detector import HUB  # noqa: E402
 
 
 def subscribed(domains):

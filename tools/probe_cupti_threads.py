@@ -23,8 +23,8 @@ import time
 import torch
 
 import syncguard
-from syncguard.detectors import cupti as C
-from syncguard.detectors.cuda import callback_table
+from syncguard.detectors.cuda import cupti as C
+from syncguard.detectors.cuda.detector import callback_table
 
 faulthandler.enable()
 variant, n = sys.argv[1], int(sys.argv[2])

@@ -49,8 +49,8 @@ def run(pairs: int) -> dict:
 
     from bench import bench_overhead as bo
     from bench.design import round_order
-    from syncguard.detectors.cuda import HUB
-    from syncguard.provenance import git_state
+    from syncguard.detectors.cuda.detector import HUB
+    from syncguard.reporting.provenance import git_state
 
     why = HUB.unavailable()
     if why:

@@ -40,10 +40,10 @@ import torch  # noqa: E402
 import bench.bench_callback as bench  # noqa: E402
 from bench import commit_label, emit  # noqa: E402
 import syncguard  # noqa: E402
-from syncguard.attribution import is_tracing  # noqa: E402
-from syncguard.detectors import cuda as cuda_mod  # noqa: E402
-from syncguard.events import Report  # noqa: E402
-from syncguard.provenance import git_state  # noqa: E402
+from syncguard.attribution.frames import is_tracing  # noqa: E402
+from syncguard.detectors.cuda import detector as cuda_mod  # noqa: E402
+from syncguard.records.events import Report  # noqa: E402
+from syncguard.reporting.provenance import git_state  # noqa: E402
 
 
 #: stands in for ``routing.regions`` (same kind and use), so no callback sees these stand-ins
@@ -115,7 +115,7 @@ def main():
     a = ap.parse_args()
     if torch.cuda.is_available():
         from bench.workloads import mask_merges, merge_state
-        from syncguard.detectors.cuda import HUB
+        from syncguard.detectors.cuda.detector import HUB
 
         why = HUB.unavailable()
         if why:

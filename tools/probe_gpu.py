@@ -1,6 +1,6 @@
 """One-off probe of what the profiler, sync-debug mode and _gpu_trace see on a real GPU.
 
-Its output (reports/probe-*.json) fixed the design of syncguard.detect; kept so it can be rerun.
+Its output (reports/probe-*.json) fixed the design of syncguard.detectors.hooks; kept so it can be rerun.
 """
 import json, os, sys, threading, time, warnings, subprocess
 import torch

@@ -34,7 +34,7 @@ from bench import emit_doc, gpu_probe_args  # noqa: E402
 import syncguard  # noqa: E402
 from bench import bench_overhead as B  # noqa: E402
 from bench.workloads import mask_merges, merge_state  # noqa: E402
-from syncguard.detectors.cuda import HUB  # noqa: E402
+from syncguard.detectors.cuda.detector import HUB  # noqa: E402
 
 COLLECTIONS = []
 

@@ -41,8 +41,8 @@ def run(rounds: int) -> dict:
 
     from bench import bench_overhead as bo
     from bench.design import round_order, whole_cycles
-    from syncguard.detectors.cuda import HUB
-    from syncguard.provenance import git_state
+    from syncguard.detectors.cuda.detector import HUB
+    from syncguard.reporting.provenance import git_state
 
     why = HUB.unavailable()
     if why:

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.abspath(a.tree))
 import bench.bench_callback as B  # noqa: E402
 import syncguard  # noqa: E402
 from bench import commit_label, emit  # noqa: E402
-from syncguard.provenance import git_state  # noqa: E402
+from syncguard.reporting.provenance import git_state  # noqa: E402
 
 
 def main():

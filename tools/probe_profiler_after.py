@@ -45,8 +45,8 @@ def one(variant: str) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     import syncguard
-    from syncguard.detectors import cupti as C
-    from syncguard.detectors.cudacalls import callback_table
+    from syncguard.detectors.cuda import cupti as C
+    from syncguard.detectors.cuda.calls import callback_table
 
     x = torch.randn(1024, device="cuda")
     h = torch.empty(1024)

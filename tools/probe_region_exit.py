@@ -26,9 +26,9 @@ import time
 import torch
 
 import syncguard
-from syncguard.detectors import cupti as C
-from syncguard.detectors import hostmem
-from syncguard.detectors.cuda import HUB, combine, combine_by_pointer
+from syncguard.detectors.cuda import cupti as C
+from syncguard.detectors.cuda import hostmem
+from syncguard.detectors.cuda.detector import HUB, combine, combine_by_pointer
 
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree's bench/
 from bench.workloads import mask_merges, merge_state  # noqa: E402

@@ -20,7 +20,7 @@ if v.startswith("skip2"):
 if v == "nonoise":
     cr.Noise._loop = lambda self: None
 if v == "onunsub":
-    from syncguard.detectors import cuda as K
+    from syncguard.detectors.cuda import detector as K
     def _unsub(self):
         K.unwrap(self._saved_profiler); self.backward.restore()
         if self.subscribed:

@@ -196,7 +196,7 @@ def detector_cost_parts() -> str:
 def atlas_transitions() -> str:
     """The atlas's opening lines: what the committed corpus runs say changed between torches."""
     sys.path.insert(0, str(ROOT))
-    from syncguard import atlas
+    from syncguard.atlas import render as atlas
 
     runs = sorted((ROOT / "reports" / "atlas-runs").glob("*.json"))
     built = atlas.build((str(p), atlas.load_run(str(p))) for p in runs)

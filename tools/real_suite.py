@@ -211,7 +211,7 @@ def summarize(args) -> int:
               f"syncguard {med['syncguard']['peak_rss_mib']:.0f} MiB "
               f"({med['syncguard']['peak_rss_mib'] / med['bare']['peak_rss_mib']:.2f}×).", ""]
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from syncguard.sessionfile import load_document
+    from syncguard.reporting.sessionfile import load_document
 
     report = out / "syncguard-1.json"
     report = report if report.exists() else out / "syncguard-1.json.gz"

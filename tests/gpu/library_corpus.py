@@ -7,7 +7,7 @@ it syncs, and how, is measured in the same run from the CUDA runtime trace and s
 graph, deterministic mode) lives in ``setup``/``context``, which the runner calls outside the
 audited region; tensors shared by all snippets are made by ``state()`` before any region opens.
 
-Some snippets are the sync-free alternatives that ``syncguard.alternatives`` names; the GPU run
+Some snippets are the sync-free alternatives that ``syncguard.records.alternatives`` names; the GPU run
 checks that claim on the same GPU. ``source`` names the
 torch source file that issues a C++-level sync for the snippets picked for that reason.
 ``capture`` marks snippets that capture a CUDA graph: nothing else may touch CUDA meanwhile.

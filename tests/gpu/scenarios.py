@@ -36,7 +36,7 @@ def _lasting_state():
     import torch
     import torch.autograd.profiler as ap
 
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda.detector import HUB
 
     return {"synchronize": id(torch.cuda.synchronize), "to": "to" in vars(torch.Tensor) and id(vars(torch.Tensor)["to"]),
             "showwarnmsg": id(w._showwarnmsg), "filters": len(w.filters),
@@ -124,7 +124,7 @@ KIND_OPS = {
 def kinds(out):
     torch = _torch()
     import syncguard
-    from syncguard import detect
+    from syncguard.detectors import hooks as detect
 
     s = {"d": torch.arange(64.0, device="cuda"), "d2": torch.arange(8.0, device="cuda"),
          "idx": torch.tensor([1, 3, 5]), "mask": torch.zeros(64, dtype=torch.bool),
@@ -412,7 +412,7 @@ def profile_links(out):
     so that a failure shows why."""
     torch = _torch()
     import syncguard
-    from syncguard import detect
+    from syncguard.detectors import hooks as detect
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(4096, device="cuda")
@@ -503,7 +503,7 @@ def driver_calls(out):
     ones (``cuMemcpyDtoH`` / ``cuMemcpyDtoH_v2``) and cuda.h compiles a call to the newest."""
     torch = _torch()
     import syncguard
-    from syncguard.detectors.cuda import HUB
+    from syncguard.detectors.cuda.detector import HUB
     from torch.profiler import ProfilerActivity, profile
 
     lib = _driver()
@@ -528,7 +528,7 @@ def driver_calls(out):
             rc = fn(lib, s)
         res[name] = {"want": want, "rc": rc, "events": _events(rep), "detectors": list(rep.detectors),
                      "notes": rep.notes}
-    from syncguard.detectors.cupti import api_census
+    from syncguard.detectors.cuda.cupti import api_census
 
     for name, (_, fn) in ops.items():  # every runtime and driver API the call made (ground truth)
         torch.cuda.synchronize()

@@ -50,10 +50,10 @@ def test_default_detector(snip, s):
     assert report.allowed == []
     expect = snip.expected(TORCH)
     if not expect:
-        assert report.syncs == [], syncguard.events.format_report(report)
+        assert report.syncs == [], syncguard.records.events.format_report(report)
         return
     assert report.syncs, f"{snip.name}: nothing flagged"
-    assert {e.kind for e in report.syncs} == set(expect), syncguard.events.format_report(report)
+    assert {e.kind for e in report.syncs} == set(expect), syncguard.records.events.format_report(report)
     for e in report.syncs:
         assert e.filename and e.filename.endswith("corpus.py"), e
         assert e.lineno == snip.sync_line, (e.lineno, snip.sync_line, e)
@@ -68,9 +68,9 @@ def test_torch_hook_detectors_merged(snip, s):
     report = _run(snip, s, ("debug", "trace", "gpu_trace"))
     expect = snip.hook_expected(TORCH)
     if not expect:
-        assert report.syncs == [], syncguard.events.format_report(report)
+        assert report.syncs == [], syncguard.records.events.format_report(report)
         return
-    assert {e.kind for e in report.syncs} == set(expect), syncguard.events.format_report(report)
+    assert {e.kind for e in report.syncs} == set(expect), syncguard.records.events.format_report(report)
     for e in report.syncs:
         assert e.lineno == snip.sync_line, (e.lineno, snip.sync_line, e)
         assert ("debug" in e.detectors) == snip.debug_expected(TORCH), e
@@ -88,20 +88,20 @@ def test_debug_detector_alone(snip, s):
 @pytest.mark.parametrize("snip", [x for x in SNIPPETS if x.expected(TORCH)], ids=lambda x: x.name)
 def test_trace_hooks_alone(snip, s):
     report = _run(snip, s, ("trace", "gpu_trace"))
-    assert {e.kind for e in report.syncs} == set(snip.hook_expected(TORCH)), syncguard.events.format_report(report)
-    assert all(e.lineno == snip.sync_line for e in report.syncs), syncguard.events.format_report(report)
+    assert {e.kind for e in report.syncs} == set(snip.hook_expected(TORCH)), syncguard.records.events.format_report(report)
+    assert all(e.lineno == snip.sync_line for e in report.syncs), syncguard.records.events.format_report(report)
 
 
 @pytest.mark.parametrize("snip", SNIPPETS, ids=[x.name for x in SNIPPETS])
 def test_with_profile_detector_ops_are_named(snip, s):
     report = _run(snip, s, ("debug", "trace", "profile"))
-    assert {e.kind for e in report.syncs} == set(snip.expected(TORCH)), syncguard.events.format_report(report)
+    assert {e.kind for e in report.syncs} == set(snip.expected(TORCH)), syncguard.records.events.format_report(report)
     for e in report.syncs:
         assert e.lineno == snip.sync_line and "profile" in e.detectors, e
         assert e.host_blocked_us is not None
     linked = [e for e in report.syncs if e.kind not in ("device_sync", "event_sync", "implicit_free")
               and "synchronize" not in snip.name]
-    assert all(e.op and e.op.startswith("aten::") for e in linked), syncguard.events.format_report(report)
+    assert all(e.op and e.op.startswith("aten::") for e in linked), syncguard.records.events.format_report(report)
 
 
 def test_warnings_as_errors_change_nothing(s):
@@ -128,7 +128,7 @@ def test_sync_in_background_thread_is_seen_by_its_region(s):
     t.start()
     t.join()
     kinds = sorted(e.kind for e in out["r"].syncs)
-    assert kinds == ["blocking_copy_d2h", "device_sync"], syncguard.events.format_report(out["r"])
+    assert kinds == ["blocking_copy_d2h", "device_sync"], syncguard.records.events.format_report(out["r"])
     assert {e.thread for e in out["r"].syncs} == {"bg-worker"}
 
 
@@ -152,7 +152,7 @@ def test_region_ignores_other_threads_syncs(s):
         done.wait()
         s.x * 2
     t.join()
-    assert report.syncs == [], syncguard.events.format_report(report)
+    assert report.syncs == [], syncguard.records.events.format_report(report)
 
 
 def test_allow_in_one_thread_does_not_cover_another(s):

@@ -1,0 +1,167 @@
+"""Per-site records: one per (site, kind, API, op) of a test, instead of one per sync event.
+
+Why: a test that calls ``.item()`` in a loop syncs thousands of times from one line; storing each
+event with its stack made a report of 84 tests weigh 36 MB (issue 15). A :class:`SiteRecord` keeps
+what a reader needs from all of them (how often, how long the host was blocked in total and at
+worst, in which phases) and the first stack, so a report grows with distinct sites, not events.
+
+The site is the frame the sync *counts at* under the code scope (codescope.py): for a sync inside
+a library called from the user's package, the package's line, with the library's entry frame and
+the innermost user frame kept beside it. The terminal summary, the failure table and the matrix
+all read these records, so every view counts the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from syncguard.attribution.codescope import EVERYWHERE, Attribution, CodeScope, attribute, frames_of
+from syncguard.records.events import SyncEvent
+from syncguard.records.schema import SchemaError, check_fields
+
+#: frames kept of each record's first stack (the detectors collect this many today)
+STACK_FRAMES = 8
+
+
+@dataclass(frozen=True)
+class SiteRecord:
+    """Every sync of one test at one site of one kind through one API (and aten op)."""
+
+    kind: str
+    api: str
+    op: str | None = None
+    ops: tuple[str, ...] = ()
+    filename: str | None = None  # the site: where the sync counts (see the module docstring)
+    lineno: int | None = None
+    function: str | None = None
+    count: int = 0
+    blocked_us_total: float | None = None  # None: no detector measured the wait
+    blocked_us_max: float | None = None
+    phases: Mapping[str, int] = field(default_factory=dict, hash=False)  # phase -> count
+    stack: tuple[str, ...] = ()  # the first event's stack; () when over the session's cap
+    user_frame: str | None = None  # innermost frame of the user's own code
+    entry_frame: str | None = None  # where the program entered the library that synced
+    thread: str = ""  # the first event's thread
+    detectors: tuple[str, ...] = ()
+    reason: str | None = None  # the allow() reason, for allowed syncs
+    note: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
+
+    @property
+    def phase(self) -> str:
+        """"run" when every sync was made running; else the first other phase seen
+        (compile, graph_capture), as SyncEvent.phase names it."""
+        return next((p for p in self.phases if p != "run"), "run")
+
+    @property
+    def host_blocked_us(self) -> float | None:
+        """The worst single wait: what the failure table shows as "blocked"."""
+        return self.blocked_us_max
+
+    def without_stack(self) -> "SiteRecord":
+        return dataclasses.replace(self, stack=())
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: list(v) if isinstance(v, tuple) else v
+               for k, v in dataclasses.asdict(self).items()}
+        out["phases"] = dict(self.phases)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "SiteRecord":
+        if not isinstance(data, dict):
+            raise SchemaError("site record is not a JSON object")
+        unknown = set(data) - set(RECORD_FIELDS)
+        if unknown:
+            raise SchemaError(f"site record has unknown fields {sorted(unknown)}")
+        if not isinstance(data.get("count"), int) or not isinstance(data.get("kind"), str):
+            raise SchemaError(f"site record without an integer count and a kind: {str(data)[:80]}")
+        check_fields(cls, data, "site record")
+        phases = data.get("phases") or {}
+        if phases and sum(phases.values()) != data["count"]:  # each sync has one phase
+            raise SchemaError(f"site record: phases add up to {sum(phases.values())}, not its "
+                              f"count {data['count']}")
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**kwargs)
+
+
+RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(SiteRecord))
+
+
+class _Builder:
+    """Accumulates the events of one site (mutable while counting; frozen when done)."""
+
+    def __init__(self, e: SyncEvent, how: Attribution):
+        site = how.counted
+        self.first, self.how = e, how
+        self.where = ((site.filename, site.lineno, site.function) if site is not None
+                      else (e.filename, e.lineno, e.function))
+        self.count, self.total, self.worst = 0, None, None
+        self.phases: dict[str, int] = {}
+        self.detectors: dict[str, None] = {}
+
+    def add(self, e: SyncEvent) -> None:
+        self.count += 1
+        if e.host_blocked_us is not None:
+            self.total = (self.total or 0.0) + e.host_blocked_us
+            self.worst = max(self.worst or 0.0, e.host_blocked_us)
+        self.phases[e.phase] = self.phases.get(e.phase, 0) + 1
+        self.detectors.update(dict.fromkeys(e.detectors))
+
+    def record(self) -> SiteRecord:
+        e, how = self.first, self.how
+        return SiteRecord(
+            kind=e.kind, api=e.api, op=e.op, ops=tuple(e.ops), filename=self.where[0],
+            lineno=self.where[1], function=self.where[2], count=self.count,
+            blocked_us_total=None if self.total is None else round(self.total, 3),
+            blocked_us_max=None if self.worst is None else round(self.worst, 3),
+            phases=self.phases, stack=tuple(e.stack[:STACK_FRAMES]),
+            user_frame=str(how.user) if how.user else None,
+            entry_frame=str(how.entry) if how.entry else None, thread=e.thread,
+            detectors=tuple(self.detectors), reason=e.reason, note=e.note)
+
+
+def split(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
+          ) -> tuple[list[tuple[SyncEvent, Attribution]], list[tuple[SyncEvent, Attribution]]]:
+    """(inside the scope, outside it), each event with its attribution, in first-seen order."""
+    inside, outside = [], []
+    cache: dict[tuple, Attribution] = {}
+    for e in events:
+        key = (e.filename, e.lineno, e.stack)
+        how = cache.get(key)
+        if how is None:
+            how = cache[key] = attribute(frames_of(e.filename, e.lineno, e.function, e.stack),
+                                         scope)
+        (inside if how.in_scope else outside).append((e, how))
+    return inside, outside
+
+
+def records(attributed: Iterable[tuple[SyncEvent, Attribution]]) -> list[SiteRecord]:
+    """One record per (site, kind, API, op, allow reason), in first-seen order: syncs allowed
+    for different reasons (an allow(), a phase that does not fail) stay apart."""
+    builders: dict[tuple, _Builder] = {}
+    for e, how in attributed:
+        site = how.counted
+        where = (site.filename, site.lineno) if site is not None else (e.filename, e.lineno)
+        key = (*where, e.kind, e.api, e.op, e.reason)
+        b = builders.get(key)
+        if b is None:
+            b = builders[key] = _Builder(e, how)
+        b.add(e)
+    return [b.record() for b in builders.values()]
+
+
+def aggregate(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
+              ) -> tuple[list[SiteRecord], list[SiteRecord]]:
+    """Records of the syncs inside ``scope`` and of those outside it."""
+    inside, outside = split(events, scope)
+    return records(inside), records(outside)
+
+
+def total(recs: Iterable[SiteRecord]) -> int:
+    """How many syncs the records stand for."""
+    return sum(r.count for r in recs)

@@ -1,0 +1,112 @@
+"""The detector seam: one small protocol, one registry.
+
+A detector is one module with one class implementing :class:`Detector`, registered here by name.
+A region arms the detectors it was asked for (in registry order), routes their observations
+through :mod:`syncguard.detectors.routing`, disarms them in reverse, and asks each to turn what it saw into
+events (``finish``), each detector receiving the events of those before it so that two views of
+one sync (sync-debug mode's warning and a wrapper's copy kind) become one event. Adding a detector
+touches its module plus one line in :func:`_builtin`.
+
+``auto`` (the default) means the most complete detector available: ``cuda`` (CUPTI callbacks) when
+it can subscribe, else the reversible torch-hook detectors ``debug`` and ``trace``. The region's
+report names what ran and why.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol, runtime_checkable
+
+AUTO = "auto"
+#: what ``auto`` falls back to when the cuda detector cannot run: reversible, no lasting hook
+FALLBACK = ("debug", "trace")
+
+
+class DetectorUnavailable(RuntimeError):
+    """Raised by ``arm`` when the detector cannot run now; the message is the one-line reason."""
+
+
+@runtime_checkable
+class Detector(Protocol):
+    name: str
+    order: int  # finish() runs in this order; lower first
+    lasting: bool  # True: leaves a hook in the process after the last region (opt-in only)
+
+    def unavailable(self) -> str | None:
+        """Why this detector cannot run in this process now, or None."""
+
+    def arm(self, region: Any) -> None:
+        """Start observing for ``region``; raise DetectorUnavailable with a reason if it cannot."""
+
+    def disarm(self, region: Any) -> None:
+        """Stop observing for ``region``; the last region restores everything arm changed."""
+
+    def finish(self, region: Any, found: list) -> list:
+        """``found`` plus this detector's events: a list of (SyncEvent, allows, marker)."""
+
+
+_registry: dict[str, Detector] = {}
+_ordered: dict[tuple, tuple] = {}  # selected names -> their detectors in order (every region asks)
+
+
+def register(detector: Detector) -> Detector:
+    if detector.name in _registry or detector.name == AUTO:
+        raise ValueError(f"detector {detector.name!r} is already registered")
+    _registry[detector.name] = detector
+    _ordered.clear()
+    return detector
+
+
+def _builtin() -> None:
+    if _builtin_done:
+        return
+    with _builtin_lock:  # regions first entered by several threads at once each came here
+        _register_builtin()
+
+
+def _register_builtin() -> None:
+    global _builtin_done
+    if _builtin_done:
+        return
+    from syncguard.detectors.torch_hooks import Debug, Fake, GpuTrace, Profile, Trace
+    from syncguard.detectors.cuda.detector import Cuda
+    from syncguard.detectors.predicted import Predict
+
+    for det in (Fake(), Cuda(), Debug(), Trace(), GpuTrace(), Profile(), Predict()):
+        register(det)
+    _builtin_done = True  # last: another thread reads the registry only once it is whole
+
+
+_builtin_lock = threading.Lock()
+_builtin_done = False
+
+
+def names() -> tuple[str, ...]:
+    _builtin()
+    return tuple(_registry)
+
+
+def get(name: str) -> Detector:
+    _builtin()
+    return _registry[name]
+
+
+def ordered(selected) -> tuple[Detector, ...]:
+    key = tuple(selected)
+    hit = _ordered.get(key)
+    if hit is None:
+        _builtin()
+        hit = _ordered[key] = tuple(sorted((_registry[n] for n in key), key=lambda d: d.order))
+    return hit
+
+
+def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
+    """Replace ``auto`` by the most complete detector available; the reason says what was chosen."""
+    if AUTO not in requested:
+        return requested, None
+    rest = tuple(n for n in requested if n != AUTO)
+    # the profiler and the cuda detector cannot both hold CUPTI (one subscriber per process)
+    why = "the profile detector holds CUPTI" if "profile" in rest else get("cuda").unavailable()
+    if why is None:
+        return tuple(dict.fromkeys(("cuda",) + rest)), (
+            f"cuda: CUPTI callbacks on the CUDA runtime and driver ({get('cuda').callback})")
+    return tuple(dict.fromkeys(FALLBACK + rest)), f"{','.join(FALLBACK)}: cuda detector unavailable ({why})"

@@ -1,0 +1,71 @@
+"""Which region an observation belongs to: the regions and allow scopes of the observing context.
+
+The detectors are process-global; regions are not. Each region belongs to the context (thread or
+asyncio task) that entered it, through ``contextvars``: a detector hands what it saw on the syncing
+thread to :func:`deliver`, which gives it to the regions of that context only, so a region never
+fails on, or swallows, another thread's sync.
+"""
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from syncguard.attribution.frames import Site, current_phase
+
+regions: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_regions", default=())
+allows: contextvars.ContextVar[tuple] = contextvars.ContextVar("syncguard_allows", default=())
+ids = itertools.count(1)
+
+
+def _nothing() -> None:
+    return None
+
+
+#: Called whenever a region or an allow is entered or left, on any thread (scope.py). The cuda
+#: detector's C callback keeps a call that repeats the thread's last one without the GIL only
+#: while nothing of the sort happened in between (detectors/_cuptifast.c, repeat()); the detector
+#: puts its C module's counter here once the module is configured.
+scopes_changed: Callable[[], None] = _nothing
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One thing a detector saw on the syncing thread, before a region turns it into an event."""
+
+    source: str  # the detector's name
+    site: Site
+    thread: str
+    api: str | None = None
+    kind: str | None = None
+    op: str | None = None
+    marker: str | None = None  # the profiler marker a hook opened around its call
+    allows: tuple | None = None  # the allow scopes active when observed (deliver fills it)
+    t_ns: int = 0  # perf_counter_ns when observed
+    blocked_us: float | None = None
+    count: int = 1  # e.g. segments one empty_cache() freed
+    phase: str | None = None  # run / compile / graph_capture (deliver fills it)
+    detail: Any = None  # detector-specific (the sync-debug hooks that saw the same sync)
+
+
+Sink = Callable[[Observation], bool]
+
+
+def in_region() -> bool:
+    return bool(regions.get())
+
+
+def deliver(obs: Observation) -> bool:
+    """Give an observation to every region of the context that made it."""
+    open_regions = regions.get()
+    if not open_regions:
+        return False
+    if obs.allows is None or obs.phase is None:
+        # read here, on the observing thread, for every detector alike
+        obs = dataclasses.replace(obs, allows=allows.get() if obs.allows is None else obs.allows,
+                                  phase=current_phase() if obs.phase is None else obs.phase)
+    for r in open_regions:
+        r.observations.append(obs)
+    return True

@@ -1,0 +1,186 @@
+"""Provenance: what produced a session report, so that two reports are only compared when the
+difference between them can come from torch and not from the detector.
+
+Recorded in every session report under ``"provenance"``:
+
+* ``project``: the git commit of the project that ran (``HEAD`` of the folder pytest ran in) and
+  whether tracked files differed from it (``dirty``); ``null`` outside a git checkout;
+* ``syncguard``: its version and ``code``, a SHA-256 over the source of the installed syncguard
+  package. ``code`` is the identity of the detector code: two runs with the same ``code`` ran
+  the same detectors, whatever else changed in the project, and a dirty tree is caught too;
+* ``detectors``: the detectors the run asked for (they are part of syncguard, versioned by ``code``),
+  and ``detectors_ran``: what most audited tests ran and why (``auto`` resolved, a fallback),
+  filled in by the session report as tests end;
+* ``torch``, ``cuda_build`` (torch's CUDA, ``null`` for a CPU build), ``gpu``, ``driver``;
+* ``hypothesis``: its version, the settings profile in force and its ``max_examples``.
+
+Reports written before provenance existed have none: the reporter shows "unknown" and the gate
+treats them as made from other detector code than any other run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from syncguard.attribution.codescope import IGNORING
+
+__all__ = ["collect", "code_digest", "git_state", "hypothesis_state", "code_identity",
+           "detectors_used", "code_scope", "scope_key",
+           "describe"]
+
+_PKG_DIR = Path(__file__).resolve().parent.parent  # syncguard/
+
+
+def code_digest(package_dir: str | os.PathLike = _PKG_DIR) -> str:
+    """SHA-256 over the package's ``.py`` files (relative names and bytes, in name order)."""
+    root = Path(package_dir)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                             timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def git_state(root: str | os.PathLike | None = None) -> dict[str, Any] | None:
+    """``{"commit": sha, "dirty": bool}`` of the checkout holding ``root``; None outside git.
+
+    Dirty means a tracked file differs from the commit (untracked files, such as the report
+    being written, do not count). A copy of a checkout without its ``.git`` (the GPU machine gets
+    one) is named by its caller: ``SYNCGUARD_GIT_COMMIT`` (and ``SYNCGUARD_GIT_DIRTY=1`` if the
+    copy had changes), which tools/gpu_suite.sh sets from the checkout it was sent from."""
+    declared = os.environ.get("SYNCGUARD_GIT_COMMIT")
+    if declared:
+        return {"commit": declared, "dirty": os.environ.get("SYNCGUARD_GIT_DIRTY") == "1"}
+    root = Path(root or os.getcwd())
+    commit = _git(root, "rev-parse", "HEAD")
+    if not commit:
+        return None
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+
+
+def hypothesis_state() -> dict[str, Any] | None:
+    """The hypothesis version, the settings profile in force and its example count."""
+    try:
+        import hypothesis
+        from hypothesis import settings
+    except ImportError:
+        return None
+    profile = None
+    getter = getattr(settings, "get_current_profile_name", None)
+    if callable(getter):
+        profile = getter()
+    else:  # older hypothesis: the name is only kept privately
+        profile = getattr(settings, "_current_profile", None)
+    return {"version": hypothesis.__version__, "profile": profile,
+            "max_examples": settings.default.max_examples,
+            "derandomize": bool(settings.default.derandomize)}
+
+
+def collect(detectors: Iterable[str], env: Mapping[str, Any] | None = None,
+            root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Provenance of a run about to start; ``env`` is report.environment() (torch, GPU...)."""
+    from syncguard import __version__
+
+    env = dict(env or {})
+    return {
+        "project": git_state(root),
+        "syncguard": {"version": __version__, "code": code_digest()},
+        "detectors": list(detectors),
+        "torch": env.get("torch"),
+        "cuda_build": env.get("cuda_runtime"),
+        "gpu": env.get("gpu"),
+        "driver": env.get("driver"),
+        "hypothesis": hypothesis_state(),
+    }
+
+
+def code_identity(doc: Mapping[str, Any]) -> str | None:
+    """The detector-code identity of a loaded session report, None when it has no provenance."""
+    prov = doc.get("provenance")
+    if not isinstance(prov, Mapping):
+        return None
+    sg = prov.get("syncguard")
+    code = sg.get("code") if isinstance(sg, Mapping) else None
+    return code if isinstance(code, str) and code else None
+
+
+def detectors_used(doc: Mapping[str, Any]) -> str | None:
+    """The detectors that decided what a run could see: the names in ``detectors_ran`` (before
+    its reason: "debug,trace: cuda detector not used (...)" is "debug,trace"), else those the
+    options asked for; None when the report says neither. A fallback sees fewer syncs, which
+    must not read as fewer syncs made."""
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), Mapping) else {}
+    ran = prov.get("detectors_ran")
+    if isinstance(ran, str) and ran.strip():
+        return re.split(r"[:(]", ran, maxsplit=1)[0].strip() or ran
+    options = doc.get("options") if isinstance(doc.get("options"), Mapping) else {}
+    asked = options.get("detectors", prov.get("detectors"))
+    return ",".join(map(str, asked)) if isinstance(asked, list) else None
+
+
+def code_scope(doc: Mapping[str, Any]) -> str | None:
+    """The code scope a run judged syncs in (``options.scope``): syncs outside it never reach
+    a case, so a narrower scope sees fewer. None when the report does not say."""
+    options = doc.get("options") if isinstance(doc.get("options"), Mapping) else {}
+    scope = options.get("scope")
+    return scope_key(scope) if isinstance(scope, str) else None
+
+
+#: what a report's scope text carried after a given scope before it named no source; it said
+#: the flag whether the scope came from the command line or the ini
+_OLD_SOURCE = " (--syncguard-scope)"
+
+
+def scope_key(text: str) -> str:
+    """A scope text as the gate compares it: an older report's (or baseline's) text for a given
+    scope, ``"src (--syncguard-scope)"``, reads as the ``"src"`` a report records now, so that
+    a baseline written before the report stopped naming a source does not see a change."""
+    head, sep, tail = text.partition(IGNORING)
+    return head.removesuffix(_OLD_SOURCE) + sep + tail
+
+
+def describe(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Short display strings per provenance field ("unknown" where the report has none)."""
+    prov = doc.get("provenance")
+    if not isinstance(prov, Mapping):
+        return {"commit": "unknown (no provenance)", "code": "unknown", "detectors": "unknown",
+                "torch": "unknown", "gpu": "unknown", "driver": "unknown",
+                "hypothesis": "unknown"}
+    project = prov.get("project") if isinstance(prov.get("project"), Mapping) else None
+    if project and isinstance(project.get("commit"), str):
+        commit = project["commit"][:10] + (" (dirty)" if project.get("dirty") else "")
+    else:
+        commit = "not a git checkout"
+    sg = prov.get("syncguard") if isinstance(prov.get("syncguard"), Mapping) else {}
+    hyp = prov.get("hypothesis") if isinstance(prov.get("hypothesis"), Mapping) else None
+    dets = prov.get("detectors")
+    torch_v = str(prov.get("torch") or "?")
+    build = prov.get("cuda_build")
+    return {
+        "commit": commit,
+        "code": f"syncguard {sg.get('version', '?')} · code {str(sg.get('code') or '?')[:10]}",
+        "detectors": (",".join(map(str, dets)) if isinstance(dets, list) else "?")
+        + (f" (ran: {prov['detectors_ran']})" if isinstance(prov.get("detectors_ran"), str)
+           else ""),
+        "torch": f"{torch_v} ({'CUDA ' + str(build) if build else 'CPU build'})",
+        "gpu": str(prov.get("gpu") or "none"),
+        "driver": str(prov.get("driver") or "none"),
+        "hypothesis": (f"{hyp.get('profile')} profile, {hyp.get('max_examples')} examples"
+                       if hyp else "not installed"),
+    }
