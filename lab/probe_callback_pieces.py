@@ -1,6 +1,6 @@
 """Probe (H200, not a test): where the C callback's time goes on 100 merges, under real CUDA calls.
 
-    python tools/probe_callback_pieces.py [--rounds 41] [--out DIR]
+    python lab/probe_callback_pieces.py [--rounds 41] [--out DIR]
 
 The overhead benchmark puts the detector's own callback at ~1.3 us per sync-free merge on the
 H200's host, on top of CUPTI's ~1.1 us (reports/probes/drop-pinned-8ef9189/). The CPU benchmark

@@ -1,6 +1,6 @@
 """Probe (H200, not a test): what the default detector would cost watching one CUPTI domain.
 
-    python tools/probe_one_domain.py [--rounds 216] [--out DIR]    # DIR/one-domain-<torch>.{json,md}
+    python lab/probe_one_domain.py [--rounds 216] [--out DIR]    # DIR/one-domain-<torch>.{json,md}
 
 Why: issue 12 asks the ``cuda`` detector to watch sync and copy APIs at both levels, the CUDA
 runtime's and the driver's, deduplicated. A runtime call fires the driver call's callbacks under
@@ -27,7 +27,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tools/, for overhead_ci
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))  # for overhead_ci
 
 from overhead_ci import bootstrap, paired_ratios  # noqa: E402
 
