@@ -40,8 +40,8 @@ def test_a_doc_that_lost_its_block_is_an_error():
 
 
 def test_the_generated_figures_are_the_evidence_at_the_stated_precision():
-    """Spot-check against the JSON read here directly (the README once rounded a masked_scatter
-    ratio by hand: 19.4x where the evidence said 19.638)."""
+    """Spot-check against the JSON read here directly, at the precision the table states (a
+    figure rounded by hand would differ from it)."""
     row = _row()
     table = _figures().merge_table()
     x = row["device_x_copy"]

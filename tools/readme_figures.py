@@ -157,7 +157,7 @@ def detector_cost_by_version() -> str:
     return "\n".join(out + ["", over_target(rows)])
 
 
-TARGET = 1.05  # issue 12's target for the default detector, × bare on each workload
+TARGET = 1.05  # the target for the default detector, × bare on each workload
 
 
 def over_target(rows: list[dict], target: float = TARGET) -> str:
