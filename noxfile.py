@@ -4,8 +4,8 @@
     nox -s audit                 # every version in TORCH_VERSIONS, one venv each
     nox -s "audit(2.11.0)"       # one version
     nox -s "audit(installed)"    # the torch already installed, no venv (the GPU machine: no registry)
-    nox -s report                # reports/*.json + reports/baseline.json -> reports/README.md
-    nox -s docs                  # README.md's tables of measured figures, from the evidence
+    nox -s report                # reports/*.json + reports/baseline.json -> reports/matrix.md
+    nox -s docs                  # docs/: the tables of measured figures and the module map
 
 Each audit writes reports/<cpu|cuda>-torch-<version>.json. Set SYNCGUARD_TORCH_INDEX to install
 torch from another index (e.g. https://download.pytorch.org/whl/cpu).
@@ -69,11 +69,11 @@ def audit_installed(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def report(session: nox.Session) -> None:
-    """Markdown matrix for reports/README.md; the gate itself is `--fail-on regression` in CI.
+    """Markdown matrix for reports/matrix.md; the gate itself is `--fail-on regression` in CI.
     Pass --allow-mixed-commits (after --) while the committed reports predate provenance."""
     session.run("python", "-m", "syncguard", "report", "reports/*-torch-*.json",
                 "--baseline", "reports/baseline.json", "--format", "markdown",
-                "--output", "reports/README.md", *session.posargs)
+                "--output", "reports/matrix.md", *session.posargs)
 
 
 @nox.session(venv_backend="none")
@@ -85,6 +85,9 @@ def atlas(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def docs(session: nox.Session) -> None:
-    """README.md's tables of measured figures, regenerated from the committed evidence
-    (tools/readme_figures.py); tests/test_readme_figures.py fails when they disagree."""
+    """docs/' generated blocks: the tables of measured figures, from the committed evidence
+    (tools/readme_figures.py), and docs/architecture.md's module map, from the tree of
+    src/syncguard/ (tools/module_map.py). tests/test_readme_figures.py and
+    tests/test_module_map.py fail when they disagree."""
     session.run("python", "tools/readme_figures.py", "--write")
+    session.run("python", "tools/module_map.py", "--write")

@@ -1,11 +1,13 @@
-"""README.md's tables of measured figures agree with the committed evidence (issue 14: no
-hand-copied numbers). The expected text is generated from reports/ by tools/readme_figures.py,
-the same code `nox -s docs` runs; this test only compares."""
+"""The docs' tables of measured figures agree with the committed evidence (no hand-copied
+numbers). The expected text is generated from reports/ by tools/readme_figures.py, the same code
+`nox -s docs` runs; this test only compares."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,15 +19,29 @@ def _figures():
     return module
 
 
-def test_readme_tables_match_the_committed_evidence():
+@pytest.mark.parametrize("doc", ["docs/cases.md", "docs/performance.md", "docs/atlas.md"])
+def test_docs_tables_match_the_committed_evidence(doc):
     figures = _figures()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert figures.render(text) == text, "README.md's measured figures differ: run `nox -s docs`"
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert doc in figures.DOCS
+    assert figures.render(text, figures.DOCS[doc]) == text, f"{doc}'s figures differ: run `nox -s docs`"
+
+
+def test_every_generated_block_has_a_home_and_the_readme_has_none():
+    figures = _figures()
+    homes = [name for names in figures.DOCS.values() for name in names]
+    assert sorted(homes) == sorted(figures.BLOCKS)
+    assert "<!-- figures:" not in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_a_doc_that_lost_its_block_is_an_error():
+    with pytest.raises(SystemExit, match="figures:merge-table"):
+        _figures().render("no markers here\n", ("merge-table",))
 
 
 def test_the_generated_figures_are_the_evidence_at_the_stated_precision():
-    """Spot-check against the JSON read here directly (the README once rounded a masked_scatter
-    ratio by hand: 19.4x where the evidence said 19.638)."""
+    """Spot-check against the JSON read here directly, at the precision the table states (a
+    figure rounded by hand would differ from it)."""
     row = _row()
     table = _figures().merge_table()
     x = row["device_x_copy"]
@@ -36,9 +52,9 @@ def test_the_generated_figures_are_the_evidence_at_the_stated_precision():
 
 def test_a_drifted_figure_is_caught():
     figures = _figures()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs/cases.md").read_text(encoding="utf-8")
     drifted = text.replace(f"{_row()['device_x_copy']['median']:.2f}×", "19.4×", 1)
-    assert drifted != text and figures.render(drifted) == text
+    assert drifted != text and figures.render(drifted, ("merge-table",)) == text
 
 
 def test_a_variant_missing_from_the_evidence_is_left_out_not_a_failure():
@@ -68,9 +84,9 @@ def _row() -> dict:
                 if r["variant"] == "masked_scatter" and r["tokens"] == 131072)
 
 
-def test_the_readme_says_a_cpu_run_checks_no_sync():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "A CPU CI run checks no sync." in text
+def test_the_readme_and_the_matrix_doc_say_a_cpu_run_checks_no_sync():
+    for doc in ("README.md", "docs/version-matrix.md"):
+        assert "A CPU CI run checks no sync." in (ROOT / doc).read_text(encoding="utf-8"), doc
 
 
 def test_the_sentence_under_the_version_table_names_exactly_the_cells_over_the_target():

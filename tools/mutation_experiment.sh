@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The mutation experiment of issue 14: a merge variant made to drop a dtype, or to sync once
+# The mutation experiment: a merge variant made to drop a dtype, or to sync once
 # more, must fail the suite. Each mutation is applied to a throwaway copy of the tree (never to
 # this one), the relevant cases run, and the outcome is logged; the experiment passes only when
 # every mutant is caught (pytest exit 1) and the unmutated tree passes.
 #
 #   tools/mutation_experiment.sh [LOG]      # default LOG: reports/<cpu|gpu>/mutation-<torch>.log
 #
-# On a CPU machine the sync mutants are caught by prediction (issue 17): each tree also runs
+# On a CPU machine the sync mutants are caught by prediction: each tree also runs
 # cases/test_merge.py -k test_declared_sync under CPU CI's flags (--syncguard --syncguard-predict
 # --syncguard-mode=fail, as .ci/run does); on the GPU they are measured.
 set -uo pipefail

@@ -5,7 +5,7 @@
 Each cell of the overhead benchmark (``bench/bench_overhead.py``) is the median, over its rounds,
 of the configuration's time over the bare loop's in the same round. With ~108 rounds that median
 still moves by about a percent from one lease to the next, so a cell a few tenths of a percent
-from the issue's target (≤1.05×) says little on its own. This reads each version's
+from the target (≤1.05×) says little on its own. This reads each version's
 ``rounds_ms`` (the committed evidence, FILES default ``reports/gpu/*/overhead-*.json``),
 resamples the rounds with replacement (fixed seed, so the output is reproducible) and writes,
 per torch and workload, the median, its 95% interval, and the share of resampled medians at or

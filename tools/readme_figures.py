@@ -1,12 +1,12 @@
-"""The README's tables of measured figures, generated from the committed evidence.
+"""The docs' tables of measured figures, generated from the committed evidence.
 
-    python tools/readme_figures.py           # exit 1 and name the blocks that differ
+    python tools/readme_figures.py           # exit 1 and name the files whose blocks differ
     python tools/readme_figures.py --write   # rewrite them (what `nox -s docs` runs)
 
-Each generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` in
-README.md; everything between the markers is replaced, nothing outside them is touched. Numbers
-are printed at the precision stated here, never rounded by hand: a README that disagrees with the
-evidence fails tests/test_readme_figures.py.
+Each generated block sits between ``<!-- figures:NAME -->`` and ``<!-- /figures:NAME -->`` in the
+docs file ``DOCS`` names for it; everything between the markers is replaced, nothing outside them
+is touched. Numbers are printed at the precision stated here, never rounded by hand: a doc that
+disagrees with the evidence fails tests/test_readme_figures.py.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 MERGE_SPLIT = ROOT / "reports" / "atlas-runs" / "merge-split-2.11.0.json"
 OVERHEAD = ROOT / "reports" / "gpu" / "2.11.0" / "overhead-2.11.0.json"
 HOST_SIZE = (131072, 8192)  # host time and peak memory are shown at the largest size
@@ -31,7 +30,7 @@ _LABELS = {
 }
 #: the default detector's configuration, in the benchmark's words (bench/bench_overhead.py's DEFAULT)
 _DEFAULT = "audit(cuda) pointer"
-#: the overhead configurations the README shows, in the benchmark's words, and how it names them
+#: the overhead configurations docs/performance.md shows, in the benchmark's words, and how it names them
 _DETECTOR_ROWS = ((_DEFAULT, "`cuda` (CUPTI; host memory by pointer: `auto`'s choice)"),
                   ("audit(cuda) pointer, Python callback",
                    "`cuda` with the Python callback (where the C one is not built)"),
@@ -158,7 +157,7 @@ def detector_cost_by_version() -> str:
     return "\n".join(out + ["", over_target(rows)])
 
 
-TARGET = 1.05  # issue 12's target for the default detector, × bare on each workload
+TARGET = 1.05  # the target for the default detector, × bare on each workload
 
 
 def over_target(rows: list[dict], target: float = TARGET) -> str:
@@ -201,7 +200,7 @@ def atlas_transitions() -> str:
     runs = sorted((ROOT / "reports" / "atlas-runs").glob("*.json"))
     built = atlas.build((str(p), atlas.load_run(str(p))) for p in runs)
     out = [f"From {len(built.columns)} corpus runs ({', '.join(c.label for c in built.columns)}; "
-           "[reports/atlas.md](reports/atlas.md) has every pattern, cell and provenance):", ""]
+           "[reports/atlas.md](../reports/atlas.md) has every pattern, cell and provenance):", ""]
     out += [f"- {t}" for t in built.transitions] or ["- no transition"]
     if built.unstable:
         out += ["", f"Not counted as transitions: {len(built.unstable)} pattern(s) whose value "
@@ -215,27 +214,40 @@ BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
           "atlas-transitions": atlas_transitions}
 
 
-def render(text: str) -> str:
-    """``text`` with every generated block replaced by what the evidence says."""
-    for name, make in BLOCKS.items():
+#: which docs file holds which generated blocks (paths from the repository root)
+DOCS = {"docs/cases.md": ("merge-table",),
+        "docs/performance.md": ("detector-cost-parts", "detector-cost", "detector-cost-versions"),
+        "docs/atlas.md": ("atlas-transitions",)}
+
+
+def render(text: str, names=tuple(BLOCKS)) -> str:
+    """``text`` with each block in ``names`` replaced by what the evidence says; a block missing
+    from ``text`` is an error, so a doc that lost its markers cannot pass unchecked."""
+    for name in names:
+        make = BLOCKS[name]
         pattern = re.compile(rf"(<!-- figures:{name} -->\n)(?:.*?\n)?(<!-- /figures:{name} -->)",
                              re.S)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- figures:{name} --> block")
+            raise SystemExit(f"no <!-- figures:{name} --> block")
         text = pattern.sub(lambda m: m[1] + make() + "\n" + m[2], text)
     return text
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text(encoding="utf-8")
-    new = render(text)
-    if "--write" in argv:
+    stale = []
+    for rel, names in DOCS.items():
+        path = ROOT / rel
+        text = path.read_text(encoding="utf-8")
+        new = render(text, names)
         if new != text:
-            README.write_text(new, encoding="utf-8")
-        print("README.md figures: up to date with the evidence")
+            stale.append(rel)
+            if "--write" in argv:
+                path.write_text(new, encoding="utf-8")
+    if "--write" in argv:
+        print("docs figures: up to date with the evidence")
         return 0
-    if new != text:
-        print("README.md figures differ from the committed evidence: run `nox -s docs`",
+    if stale:
+        print(f"figures in {', '.join(stale)} differ from the committed evidence: run `nox -s docs`",
               file=sys.stderr)
         return 1
     return 0

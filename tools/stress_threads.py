@@ -3,11 +3,10 @@ audited regions? Run as ``python tools/stress_threads.py MODE N`` (MODE: bare or
 shell loop in tools/gpu_suite.sh counts exit codes over several processes of each mode, side by
 side, so a crash is attributed to syncguard only if bare never crashes.
 
-The cause was found with tools/probe_cupti_threads.py (reports/probes/cupti-threads-2.11.0/):
-unsubscribing CUPTI beside a thread inside a CUDA call; the detector now parks CUPTI instead
-(syncguard/detectors/cuda.py). Written after the corpus runner segfaulted twice (of three runs)
-in its default-detector pass, on its helper thread's ``float(t.sum())``
-(reports/gpu/2.11.0/corpus-2.11.0.log as of commit 144d39f; the file now holds a later run).
+Why: unsubscribing CUPTI beside a thread inside a CUDA call crashed the process (the CUPTI-only
+probe's runs: reports/probes/cupti-threads-2.11.0/; docs/detectors.md tells the story), so the
+detector parks CUPTI instead (src/syncguard/detectors/cuda/detector.py). This rechecks that on
+every torch of the GPU suite.
 """
 import contextlib
 import faulthandler
