@@ -53,3 +53,14 @@ def test_bool(value, expected):
 def test_bool_names_the_source():
     with pytest.raises(ValueError, match=r"^ini option x: 'maybe' is not a boolean \(true/false\)$"):
         options._bool("maybe", "ini option x")
+
+
+def test_declared_defaults_match_the_records_and_settings():
+    """declare.py keeps its own copy of the default detectors so that declaring options imports
+    nothing; it must be the records' tuple."""
+    from syncguard.pytest_plugin import declare
+    from syncguard.records.events import DETECTORS
+
+    assert declare.DEFAULT_DETECTORS == DETECTORS
+    assert [d for _, d, *_ in options.OPTIONS] == [d for _, d, *_ in declare.DECLARED]
+    assert set(options.CHECKS) == {d for _, d, *_ in declare.DECLARED}

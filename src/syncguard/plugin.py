@@ -1,122 +1,134 @@
-"""The pytest entry point (``pytest11``): options, hookspecs, the ``syncguard`` fixture, and the
-session object registered as the plugin that does the work (session.py).
+"""The pytest entry point (``pytest11``): options, ini keys, markers, hookspecs and the
+``syncguard`` fixture; the session (pytest_plugin/session.py) is the plugin that does the work.
 
-Nothing here imports torch; a run without ``--syncguard`` (and no syncguard marker) is untouched.
+pytest loads this module in every run of a venv where syncguard is installed, so, as
+pytest-xdist's ``plugin.py`` does, it only declares and imports its session when a run needs
+one. The session comes up in ``pytest_configure`` when any syncguard option or ini key is given
+(``--syncguard``, ``syncguard = true``, a report path, a bad value to refuse...), in an xdist
+controller (its workers' reports carry syncguard results), or else during collection, at the
+first test with a ``syncguard`` or ``allow_sync`` marker (such a test is audited, or its marker
+checked, without ``--syncguard``). A run with none of these imports neither torch nor the rest of
+syncguard.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from syncguard.pytest_plugin import isolate
-from syncguard.pytest_plugin import newhooks
-from syncguard.pytest_plugin import options
-from syncguard.attribution.codescope import split_list
-from syncguard.records.events import DETECTORS as DEFAULT_DETECTORS  # noqa: F401  (kept importable from here)
-from syncguard.regions.region import allow, audit, forbid
-from syncguard.pytest_plugin.session import STATE, SyncguardSession, SyncguardWarning  # noqa: F401
-from syncguard.pytest_plugin.warmup import IniWarmup
+from syncguard.pytest_plugin import declare
 
-SESSION = pytest.StashKey[SyncguardSession]()
+if TYPE_CHECKING:
+    from syncguard.pytest_plugin.fixture import SyncguardFixture
+    from syncguard.pytest_plugin.options import Settings
+    from syncguard.pytest_plugin.session import SyncguardSession
+
+SESSION = pytest.StashKey["SyncguardSession"]()
+_SETTINGS = pytest.StashKey["Settings"]()  # resolved for the fixture where no session came up
+_PLUGIN_NAME = pytest.StashKey[str]()  # what an --syncguard-isolate child loads with -p
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from syncguard.pytest_plugin import newhooks
+
     pluginmanager.add_hookspecs(newhooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    options.add_options(parser)
+    declare.add_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    isolate.take_parent_options(config)  # an isolate child: before any pytest_configure
+    if config.getoption("syncguard_child", None):  # an isolate child: before any pytest_configure
+        from syncguard.pytest_plugin import isolate
+
+        isolate.take_parent_options(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for line in options.MARKERS:
+    for line in declare.MARKERS:
         config.addinivalue_line("markers", line)
     if config.option.help:  # --help runs no test, and must show even where an option is bad
         return
-    name = config.pluginmanager.get_name(sys.modules[__name__]) or __name__
-    session = config.stash[SESSION] = SyncguardSession(config, name)
+    config.stash[_PLUGIN_NAME] = config.pluginmanager.get_name(sys.modules[__name__]) or __name__
+    if declare.anything_given(config) or _is_xdist_controller(config):
+        start_session(config)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return (getattr(config.option, "dist", "no") != "no"
+            and not hasattr(config, "workerinput"))
+
+
+def start_session(config: pytest.Config) -> SyncguardSession:
+    """Build this process's session and register it (once); it checks every setting."""
+    if SESSION in config.stash:
+        return config.stash[SESSION]
+    from syncguard.pytest_plugin import options
+    from syncguard.pytest_plugin.session import SyncguardSession
+    from syncguard.pytest_plugin.warmup import IniWarmup
+
+    session = config.stash[SESSION] = SyncguardSession(config, config.stash[_PLUGIN_NAME])
     config.pluginmanager.register(session, "syncguard-session")
     config.pluginmanager.register(session.poison, "syncguard-poison")  # after: its hooks run first
     if session.settings.warmup:
         config.pluginmanager.register(IniWarmup(session.settings.warmup, options.where(
             config, "syncguard_warmup")), "syncguard-ini-warmup")
+    return session
 
 
-class SyncguardFixture:
-    """The ``syncguard`` fixture: guard part of a test body, record measurements."""
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """The first collected test with a syncguard marker brings the session up. It was not
+    registered while this report was made, so what its own wrapper does to a report on an xdist
+    worker (a bad marker becomes a collection error) is done here for this one."""
+    rep = yield
+    config = collector.config
+    if (SESSION not in config.stash and _PLUGIN_NAME in config.stash and rep.passed
+            and any(isinstance(node, pytest.Item) and declare.wants_session(node)
+                    for node in rep.result)):
+        session = start_session(config)
+        if session.is_worker:
+            from syncguard.pytest_plugin.session import _fail_on_bad_markers
 
-    def __init__(self, item: pytest.Item, settings: options.Settings,
-                 session: SyncguardSession | None = None):
-        state = item.stash.get(STATE, None)
-        self._state, self._session = state, session
-        plan = state.plan if state else None
-        self.detectors = plan.detectors if plan else settings.detectors
-        self.races = plan.races if plan else settings.races
-        self.mode = plan.mode if plan else settings.mode
-        self.fail_on_phase = plan.fail_on_phase if plan else settings.fail_on_phase
-        self._measurements = state.measurements if state else {}
-        self._own_regions = state.own_regions if state else []
-
-    def forbid(self, detectors=None, *, races=None):
-        """A ``forbid()`` block; once a test opens one (or an ``audit()``) through the fixture,
-        its blocks are what the plugin reports and judges, not the whole call phase."""
-        return self._tracked(forbid(detectors or self.detectors,
-                                    races=self.races if races is None else races,
-                                    fail_on_phases=self.fail_on_phase))
-
-    def audit(self, detectors=None, *, races=None):
-        return self._tracked(audit(detectors or self.detectors,
-                                   races=self.races if races is None else races,
-                                   fail_on_phases=self.fail_on_phase))
-
-    @contextlib.contextmanager
-    def _tracked(self, region):
-        with region as report:
-            self._own_regions.append(report)
-            yield report
-
-    def set_scope(self, *paths: str, ignore: str | tuple[str, ...] = ()) -> None:
-        """Judge this test's syncs by another code scope (as ``--syncguard-scope``/``-ignore``;
-        no paths: the session's scope with ``ignore`` added). Takes effect for the whole call
-        phase, as the judging happens when it ends."""
-        if self._state is None or self._session is None:
-            return  # not audited: there is nothing to judge
-        settings = self._session.settings
-        scope = split_list(paths) or settings.scope
-        ignored = tuple(settings.ignore) + split_list(ignore)
-        self._state.codescope = self._session.scope_for(scope, ignored, "syncguard.set_scope")
-
-    def allow(self, reason: str, **kw):
-        return allow(reason, **kw)
-
-    def record(self, name: str, value: Any) -> None:
-        """Store a JSON value under the test's ``measurements`` in the report."""
-        try:
-            json.dumps(value, allow_nan=False)  # NaN and Infinity are not JSON: no reader takes them
-        except ValueError:
-            raise ValueError(f"syncguard.record({name!r}, ...): {value!r} holds NaN or Infinity, "
-                             "which JSON cannot store") from None
-        except TypeError:
-            raise TypeError(f"syncguard.record({name!r}, ...): {type(value).__name__} is not JSON "
-                            "serialisable") from None
-        self._measurements[str(name)] = value
-
-    @property
-    def measurements(self) -> dict[str, Any]:
-        return dict(self._measurements)
+            _fail_on_bad_markers(rep, session.settings, session.scope_for)
+    return rep
 
 
 @pytest.fixture
 def syncguard(request: pytest.FixtureRequest) -> SyncguardFixture:
     """Guard part of a test (``with syncguard.forbid(): ...``) and record measurements."""
-    session = request.config.stash[SESSION]
-    return SyncguardFixture(request.node, session.settings, session)
+    from syncguard.pytest_plugin.fixture import SyncguardFixture
+
+    config = request.config
+    session = config.stash.get(SESSION, None)
+    if session is not None:
+        return SyncguardFixture(request.node, session.settings, session)
+    if _SETTINGS not in config.stash:  # no option given: the defaults, nothing to audit
+        from syncguard.pytest_plugin.options import resolve_settings
+
+        config.stash[_SETTINGS] = resolve_settings(config)
+    return SyncguardFixture(request.node, config.stash[_SETTINGS])
+
+
+#: names this module offered before the session was imported lazily, and where they live now
+_MOVED = {
+    "SyncguardSession": "syncguard.pytest_plugin.session",
+    "SyncguardWarning": "syncguard.pytest_plugin.session",
+    "STATE": "syncguard.pytest_plugin.session",
+    "SyncguardFixture": "syncguard.pytest_plugin.fixture",
+    "DEFAULT_DETECTORS": "syncguard.records.events:DETECTORS",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Those names stay importable from here (``-W error::syncguard.plugin.SyncguardWarning``),
+    loaded on first use."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, _, attr = _MOVED[name].partition(":")
+    return getattr(importlib.import_module(module), attr or name)

@@ -31,8 +31,8 @@ from syncguard.regions.region import no_cuda
 def cuda_unavailable(detectors: tuple[str, ...]) -> str | None:
     """Why there is no CUDA context to protect, or None. Never creates a context.
 
-    Why: without CUDA no test can poison a context, and a child per test only costs time (6x on
-    the CPU suite). The fake detector pretends to have CUDA, so the plumbing stays testable.
+    Why: without CUDA no test can poison a context, and a child per test only costs time (a new
+    interpreter per test). The fake detector pretends to have CUDA, so the plumbing stays testable.
     """
     if "fake" in detectors:
         return None

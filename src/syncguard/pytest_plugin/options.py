@@ -1,34 +1,28 @@
-"""The plugin's options and markers: declared once, parsed once, validated with the source named.
+"""The plugin's settings and markers: parsed once, validated with the source named.
 
 Every ``--syncguard-*`` option has a ``syncguard_*`` ini twin; the command line wins, then the
 ini, then the default. Markers are parsed by calling real functions with the marker's arguments,
-so a bad marker fails at collection with the same message Python would give. Adding an option
-or a marker argument touches this module (and its test) only.
+so a bad marker fails at collection with the same message Python would give. The options are
+declared (names, help, defaults) in declare.py, which every pytest run loads; this module, which
+imports what checking needs, is loaded only by a run that uses syncguard.
 """
 from __future__ import annotations
 
-import argparse
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
 
 from syncguard.attribution.codescope import split_list
-from syncguard.records.events import DETECTORS as DEFAULT_DETECTORS
 from syncguard.attribution.phases import parse_phases
+from syncguard.pytest_plugin import declare
+from syncguard.pytest_plugin.declare import MARKERS, add_options  # noqa: F401  (used from here)
+from syncguard.pytest_plugin.declare import default_text as _default_text  # noqa: F401
+from syncguard.records.events import DETECTORS as DEFAULT_DETECTORS
 from syncguard.regions.region import allow, parse_detectors
 
 MODES = ("fail", "warn", "record")
-MARKERS = (
-    "syncguard(mode=None, detectors=None, races=None, fail_on_phase=None, scope=None, "
-    "ignore=None): audit this test even without --syncguard, optionally overriding the "
-    "session's options",
-    "allow_sync(reason, max=None, api=None, kind=None): accept matching syncs in this test; "
-    "reason is required",
-    "no_syncguard: never audit this test",
-)
 
 
 @dataclass(frozen=True)
@@ -108,45 +102,20 @@ def _count(value: Any, where: str) -> int:
     return n
 
 
-#: (flag, dest, parser, default, argparse keywords, help). The ini twin is named ``dest``.
-OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] = (
-    ("--syncguard", "syncguard", _bool, False, dict(action="store_true", default=None),
-     "audit every test's call phase for host<->device syncs"),
-    ("--syncguard-mode", "syncguard_mode", _mode, "fail", dict(metavar="fail|warn|record"),
-     "on a sync: fail the test, emit a SyncguardWarning, or only record"),
-    ("--syncguard-detectors", "syncguard_detectors", parse_detectors, DEFAULT_DETECTORS,
-     dict(metavar="LIST"), "comma-separated detectors"),
-    ("--syncguard-races", "syncguard_races", _bool, False, dict(action="store_true", default=None),
-     "also look for cross-stream races"),
-    ("--syncguard-report", "syncguard_report", _path, None, dict(metavar="PATH"),
-     "write the session's JSON report to PATH"),
-    ("--syncguard-isolate", "syncguard_isolate", _bool, False,
-     dict(action="store_true", default=None),
-     "run each audited test in a fresh subprocess (survives sticky CUDA errors; without CUDA "
-     "tests run in this process)"),
-    ("--syncguard-require-cuda", "syncguard_require_cuda", _bool, False,
-     dict(action="store_true", default=None),
-     "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
-    ("--syncguard-fail-on-phase", "syncguard_fail_on_phase", parse_phases, (),
-     dict(metavar="LIST"), "comma-separated phases (compile, graph_capture) whose syncs fail a "
-     "test too; otherwise they are shown, not failing"),
-    ("--syncguard-scope", "syncguard_scope", _list, (), dict(metavar="PATH_OR_PACKAGE[,...]"),
-     "only syncs with a frame inside these paths/packages count against a test; others are "
-     "reported as outside scope ('*': every sync counts; none given: src/ or the top-level "
-     "packages under rootdir, without test files and conftest.py)"),
-    ("--syncguard-ignore", "syncguard_ignore", _list, (), dict(metavar="PATH[,...]"),
-     "leave these paths (e.g. test utilities) out of the scope"),
-    ("--syncguard-keep-events", "syncguard_keep_events", _bool, False,
-     dict(action="store_true", default=None),
-     "also store every sync event in the report (debugging; reports grow with events)"),
-    ("--syncguard-max-stacks", "syncguard_max_stacks", _count, 5000, dict(metavar="N"),
-     "site records that keep their first stack in the report"),
-    ("--syncguard-predict", "syncguard_predict", _bool, False,
-     dict(action="store_true", default=None),
-     "predict syncs on the CPU (CUDA tensors become CPU stand-ins; rules measured on a GPU) "
-     "instead of measuring them; predicted syncs fail a test only with --syncguard-mode=fail "
-     "given explicitly, otherwise they are recorded"),
-)
+#: how each option's raw value is parsed and checked, by ``dest``
+CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "syncguard": _bool, "syncguard_mode": _mode, "syncguard_detectors": parse_detectors,
+    "syncguard_races": _bool, "syncguard_report": _path, "syncguard_isolate": _bool,
+    "syncguard_require_cuda": _bool, "syncguard_fail_on_phase": parse_phases,
+    "syncguard_scope": _list, "syncguard_ignore": _list, "syncguard_keep_events": _bool,
+    "syncguard_max_stacks": _count, "syncguard_predict": _bool,
+}
+
+#: (flag, dest, parser, default, argparse keywords, help): declare.DECLARED with each parser.
+#: The ini twin is named ``dest``.
+OPTIONS: tuple[tuple[str, str, Callable[[Any, str], Any], Any, dict, str], ...] = tuple(
+    (flag, dest, CHECKS[dest], default, kw, help_)
+    for flag, dest, default, kw, help_ in declare.DECLARED)
 
 
 def settings_field(dest: str) -> str:
@@ -160,9 +129,8 @@ def command_line(settings: Settings, skip: tuple[str, ...] = ()) -> list[str]:
     wins over the ini), except a false switch, an empty list and None, which no flag can say and
     which the same ini resolves the same way.
 
-    Why: an ``--syncguard-isolate`` child must judge its test by the parent's rules; it had been
-    handed five of the options, and ran with the others at their defaults. Built from the table,
-    so an option added there travels too."""
+    Why: an ``--syncguard-isolate`` child must judge its test by the parent's rules, every one of
+    them. Built from the table, so an option added there travels too."""
     out = []
     for flag, dest, _, _, kw, _ in OPTIONS:
         value = getattr(settings, settings_field(dest))
@@ -177,28 +145,6 @@ def command_line(settings: Settings, skip: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
-def _default_text(default: Any) -> str:
-    if isinstance(default, tuple):
-        return ",".join(default) or "none"
-    return "off" if default in (False, None) else str(default)
-
-
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("syncguard", "CUDA host<->device sync auditing")
-    for flag, dest, _, default, kw, help_ in OPTIONS:
-        text = f"{help_} (default: {_default_text(default)})"
-        group.addoption(flag, dest=dest, help=text, **kw)
-        # a list option is declared one: pytest then takes a TOML list as it is (a 'string'
-        # option warns that it will refuse one) and an ini string as lines, each split at commas
-        listed = isinstance(default, tuple)
-        parser.addini(dest, f"{text} [ini twin of {flag}]", type="linelist" if listed else None,
-                      default=[] if listed else "")
-    parser.addini("syncguard_warmup", "module:callable run once per process before the first "
-                  "audited test, after syncguard's own CUDA warm-up (an alias of the "
-                  "pytest_syncguard_warmup hook)", default="")
-    group.addoption("--syncguard-child", dest="syncguard_child", help=argparse.SUPPRESS)
-
-
 def given(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
     """The raw value an option was given and where: ``(value, where)`` from the command line,
     else from the ini (an ``-o``/``--override-ini`` value, or the ini file's), else None.
@@ -207,18 +153,13 @@ def given(config: pytest.Config, dest: str) -> tuple[Any, str] | None:
     the ini key they wrote and the file it is in, never a flag they did not type (the scope and
     report checks that happen after the settings, session.py, name it too). A TOML list under
     ``[tool.pytest.ini_options]`` reaches here as a list and stays one: a list option reads it,
-    any other refuses it (it had been dropped without a word)."""
+    any other refuses it."""
     cli = config.getoption(dest, None)
     if cli is not None:
         return cli, f"command line option --{dest.replace('_', '-')}"
-    with warnings.catch_warnings():
-        # a one-value option is declared a 'string' (no pytest type keeps a TOML list apart from
-        # an ini string but that one), and pytest warns as it hands a list over: syncguard
-        # refuses the list itself, naming the key (resolve_settings), where the warning was a
-        # second message about it, and under -W error an INTERNALERROR instead of the refusal
-        warnings.filterwarnings("ignore", "Passing a value that is not a string",
-                                pytest.PytestRemovedIn10Warning)
-        raw = config.getini(dest)
+    # a one-value option is declared a 'string' (no pytest type keeps a TOML list apart from an
+    # ini string but that one), and pytest warns as it hands a list over (declare.raw_ini)
+    raw = declare.raw_ini(config, dest)
     if isinstance(raw, list):
         return (raw, _ini_where(config, dest)) if raw else None
     if isinstance(raw, str) and raw.strip():
