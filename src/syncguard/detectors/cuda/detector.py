@@ -3,7 +3,7 @@
 It sees every host wait the process makes through CUDA, whoever issues it (torch's Python API,
 ATen's C++, a third-party extension), at a cost per sync or copy API call and none per kernel
 launch: only the callback ids of those APIs are enabled, never a whole domain. The callback CUPTI
-calls is C (``_cuptifast.c``, an optional extension built at install) where it was built, else
+calls is C (``_cuptifast_c/``, an optional extension built at install) where it was built, else
 Python (:mod:`syncguard.detectors.cuda.calls`); both keep the same fields by the same rules, and
 the report's detector reason says which ran.
 
@@ -29,7 +29,7 @@ the report's detector reason says which ran.
   into one Call; the exit judges each as the call it was, so the events are those of the Python
   callback's calls (torch 2.8's 100 merges: one Call where 200 were kept; torch >= 2.9's: one).
   Such a call, made from where the thread's last one was with no region, allow, context or
-  other observation changed since, is kept without the GIL at all (``_cuptifast.c``, repeat()).
+  other observation changed since, is kept without the GIL at all (``_cuptifast_c/pairing.c``, repeat()).
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
