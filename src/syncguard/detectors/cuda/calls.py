@@ -78,12 +78,10 @@ class CudaCall(NamedTuple):
     callback hands its Call over when the call begins, and writes the duration into it at the
     end, without taking the GIL again). The
     Python callback builds one of these per call; the C one (``_cuptifast_c/call.c``) builds a
-    ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read:
-    nine objects per copy cost ~0.8 us on the H200's host, reports/probes/callback-pieces-384ab15/),
-    so everything downstream reads observations by attribute. A tuple here, not a frozen
-    :class:`~syncguard.detectors.routing.Observation` plus a parameter object, which made three objects
-    and a dict per copy (with the offset-keyed site cache, the Python copy callback went from
-    ~4.1 to ~2.3 us on the CPU: reports/cpu/callback-hotpath.md)."""
+    ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read,
+    not nine objects made per copy), so everything downstream reads observations by attribute.
+    A tuple here, not a frozen :class:`~syncguard.detectors.routing.Observation` plus a parameter
+    object, which made three objects and a dict per copy."""
 
     api: str
     role: str
