@@ -1241,7 +1241,7 @@ def test_a_loops_repeats_are_kept_without_the_gil_and_give_the_python_callbacks_
     from syncguard.detectors.cuda import _cuptifast
 
     if not _cuptifast.repeats():
-        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
+        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast_c/cuptifast.h)")
     ptrs = {0x7000: 1, 0x7100: 2, 0xd000: 3}
     fake = _fake_runtime({p: {1: 0, 2: 1, 3: 2}[k] for p, k in ptrs.items()})
     for program, want_counts in (([("copy", 1, 41, 1, 7, 0x7000), ("sync", 1, 7)] * 5, (8, 2)),
@@ -1272,7 +1272,7 @@ def test_a_repeat_takes_the_gil_again_once_a_scope_or_the_context_changed_in_bet
     from syncguard.detectors.cuda import _cuptifast
 
     if not _cuptifast.repeats():
-        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast.c)")
+        pytest.skip("this CPython has no GIL-free repeat (see REPEAT in _cuptifast_c/cuptifast.h)")
     hub, region, _ = _c_hub_with_a_copy()
     copy = C.MemcpyAsyncParams(dst=0xd000, src=0x7100, count=4, kind=1, stream=7)
 

@@ -10,7 +10,8 @@
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
 # The GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit it was sent
-# from, so every report's provenance names it (syncguard/provenance.py).
+# from, so every report's provenance names it (src/syncguard/reporting/provenance.py: the
+# project's commit and syncguard's own).
 #
 # CUPTI allows one subscriber per process, and once torch's profiler has run in a process the
 # default `cuda` detector cannot subscribe again: steps that run the profiler (the `profile`

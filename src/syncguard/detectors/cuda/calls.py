@@ -7,7 +7,7 @@ call's own C struct, the per-thread depth that makes a runtime call and the driv
 one observation, and who a call on torch's autograd engine threads belongs to. Nothing here calls
 CUDA or raises into it.
 
-This is the Python callback. Where ``_cuptifast.c`` was built, CUPTI calls that C callback
+This is the Python callback. Where ``_cuptifast_c/`` was built, CUPTI calls that C callback
 instead, which follows the same rules and builds the same :class:`CudaCall`, and hands a call
 here only for a thread with no region while a backward pass runs (the owner logic below).
 """
@@ -77,13 +77,11 @@ class CudaCall(NamedTuple):
     itself (``source == "cuda"``), appended to the region's list when the call returns (the C
     callback hands its Call over when the call begins, and writes the duration into it at the
     end, without taking the GIL again). The
-    Python callback builds one of these per call; the C one (``_cuptifast.c``) builds a
-    ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read:
-    nine objects per copy cost ~0.8 us on the H200's host, reports/probes/callback-pieces-384ab15/),
-    so everything downstream reads observations by attribute. A tuple here, not a frozen
-    :class:`~syncguard.detectors.routing.Observation` plus a parameter object, which made three objects
-    and a dict per copy (with the offset-keyed site cache, the Python copy callback went from
-    ~4.1 to ~2.3 us on the CPU: reports/cpu/callback-hotpath.md)."""
+    Python callback builds one of these per call; the C one (``_cuptifast_c/call.c``) builds a
+    ``_cuptifast.Call`` with the same fields as attributes (its numbers stay C values until read,
+    not nine objects made per copy), so everything downstream reads observations by attribute.
+    A tuple here, not a frozen :class:`~syncguard.detectors.routing.Observation` plus a parameter
+    object, which made three objects and a dict per copy."""
 
     api: str
     role: str

@@ -4,8 +4,7 @@ Why ctypes and not ``cupti-python``: the detector needs five callback functions 
 activity record, all stable C ABI since CUDA 10. ``cupti-python`` 13.x requires
 ``cuda-bindings~=13.0``, which the registries reachable here do not carry, and a cu12 torch needs
 the 12.x wheel; ctypes over the libcupti that torch already loaded (or ships next to itself)
-serves cu12 and cu13 builds alike, with nothing to install. See reports/probes/ for the
-measurements behind this choice.
+serves cu12 and cu13 builds alike, with nothing to install.
 
 Loading never initialises CUDA. The library found is the one torch mapped into the process
 (``/proc/self/maps``) when there is one, else a ``libcupti.so.<major>`` matching

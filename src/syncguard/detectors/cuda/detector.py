@@ -3,7 +3,7 @@
 It sees every host wait the process makes through CUDA, whoever issues it (torch's Python API,
 ATen's C++, a third-party extension), at a cost per sync or copy API call and none per kernel
 launch: only the callback ids of those APIs are enabled, never a whole domain. The callback CUPTI
-calls is C (``_cuptifast.c``, an optional extension built at install) where it was built, else
+calls is C (``_cuptifast_c/``, an optional extension built at install) where it was built, else
 Python (:mod:`syncguard.detectors.cuda.calls`); both keep the same fields by the same rules, and
 the report's detector reason says which ran.
 
@@ -27,9 +27,10 @@ the report's detector reason says which ran.
   that completes the copy right before it rides on that copy's Call, a run of such pairs from one
   line folds into one Call, and a run of like async copies (one loop line, one host block) folds
   into one Call; the exit judges each as the call it was, so the events are those of the Python
-  callback's calls (torch 2.8's 100 merges: one Call where 200 were kept; torch >= 2.9's: one).
+  callback's calls (a loop of copy-and-sync or of sync-free copies from one line: one Call).
   Such a call, made from where the thread's last one was with no region, allow, context or
-  other observation changed since, is kept without the GIL at all (``_cuptifast.c``, repeat()).
+  other observation changed since, is kept without the GIL at all (``_cuptifast_c/pairing.c``,
+  repeat()).
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
@@ -109,7 +110,7 @@ class CuptiCalls:
 
     def _switch(self, on: int) -> None:
         c = self._c_entry()
-        if c is not None:  # one call into C for every id (each ctypes call cost ~3 us on the H200's host)
+        if c is not None:  # one call into C for every id, not a ctypes call per id
             self.fast.switch(c[1], self.handle.value or 0, on)
             return
         enable = self.lib.lib.cuptiEnableCallback
@@ -167,8 +168,8 @@ class CuptiHub(CallPath, CuptiCalls):
         self.callback = "Python callback (CUPTI not loaded yet)"
         #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
         #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
-        #: Both agreed with the profiler on every op of tests/gpu/scenarios.py on the H200; pointer
-        #: cost less on all three benchmark workloads (reports/probes/run2/overhead-2.11.0.md).
+        #: Both agree with the profiler on the ops of tests/gpu/scenarios.py; pointer costs less
+        #: (no activity buffers to flush and read).
         self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "pointer")
         if self.hostmem not in ("pointer", "activity"):
             raise ValueError(f"SYNCGUARD_CUDA_HOSTMEM must be 'pointer' or 'activity', got {self.hostmem!r}")
@@ -203,10 +204,10 @@ class CuptiHub(CallPath, CuptiCalls):
     # States: unsubscribed; subscribed with callbacks on (a region is open); parked (subscribed,
     # every callback off, no region open). Unsubscribing while another thread is inside a CUDA
     # call crashed that thread (SIGSEGV), even with the callbacks disabled first, while toggling
-    # the callbacks of a kept subscription never did (reports/probes/cupti-threads-2.11.0/,
-    # reports/probes/stress-e8a2950/). So the last region out unsubscribes only when no other
-    # Python thread is alive; otherwise it parks, and a later moment finishes the job: the next
-    # region to end with no other thread alive, or a profiler starting (:meth:`hand_over`).
+    # the callbacks of a kept subscription never did. So the last region out unsubscribes only
+    # when no other Python thread is alive; otherwise it parks, and a later moment finishes the
+    # job: the next region to end with no other thread alive, or a profiler starting
+    # (:meth:`hand_over`).
     def acquire(self, region) -> None:
         with self.lock:
             # once available, always: torch stays imported, the library and its table stay loaded
@@ -319,8 +320,8 @@ def wrap_profiler_start(hand_over, wrappers: dict | None = None) -> list:
     """Call ``hand_over(site)`` just before torch's profiler initialises (and subscribes CUPTI);
     returns what to restore. Installed only while subscribed. ``wrappers``: torch's function ->
     its wrapper, kept by the caller so that a region's entry builds none."""
-    # the module as torch imported it (a region's entry runs this: an import statement cost ~3 us
-    # with caches cold); imported here only if torch has not yet
+    # the module as torch imported it (a region's entry runs this, and an import statement is
+    # not free with caches cold); imported here only if torch has not yet
     ap = sys.modules.get("torch.autograd.profiler")
     if ap is None:
         try:
@@ -448,11 +449,11 @@ def _event(o, api, kind, detectors=("cuda",), blocked=None) -> SyncEvent:
 def combine_by_pointer(obs, fast=None) -> tuple[list, list[str]]:
     """:func:`combine` with host memory asked of the runtime by pointer. With the C module
     (``fast``) in one C call (``_cuptifast.by_pointer``): the pinned copies that can make no event
-    are passed over first (100 merges leave 100 of them, which combine's Python loop took ~1 us
-    each to pass over at region exit on the H200's host), their pointers asked in one question,
+    are passed over first (a loop of sync-free copies leaves one per iteration, each costly for
+    combine's Python loop to pass over at region exit), their pointers asked in one question,
     and the rest combined by combine's rules with the pointers asked in C, as
-    :class:`~.hostmem.ByPointer` asks them (through Python, that question took ~19 us of a
-    100-merge region's exit with caches cold: reports/probes/region-exit-8b316a8/)."""
+    :class:`~.hostmem.ByPointer` asks them (through Python, that question is a large part of a
+    region's exit with caches cold)."""
     if fast is not None:
         got = fast.by_pointer(obs, pointer_functions, SyncEvent, _SYNC_FIELDS, ("cuda",), _C_KINDS)
         if got is not NotImplemented:
@@ -471,9 +472,9 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
     """Turn one region's cuda observations (in call order) into events; other detectors'
     observations in ``obs`` are passed over (one pass: each is touched once, at exit, with
     caches cold). With the C module (``fast``) its ``combine`` runs this loop by the same rules
-    when every call is one the C callback made (2.8.0's 100 merges leave 100 events, which the
-    loop below took ~2.5 us each to build on the H200's host); otherwise, and without the
-    module, the loop below.
+    when every call is one the C callback made (a loop of copy-and-sync leaves one event per
+    iteration, each slower to build in Python); otherwise, and without the module, the loop
+    below.
 
     A copy and the stream sync that follows it from the same line on the same stream are one
     blocking copy (the C callback joins the two already where the sync comes from the same stack:
@@ -509,7 +510,7 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
     def blocking(o, api, direction, sync_us, copy_us) -> None:
         """The blocking copy of an async copy and the stream sync that completed it, as the
         event of ``o`` named ``api``: both durations in tenths of a microsecond, summed as
-        integers (round(x, 1) cost ~0.4 us)."""
+        integers (cheaper than round(x, 1))."""
         kind = BLOCKING_COPY_H2D if direction == "h2d" else BLOCKING_COPY_D2H
         blocked = (round((sync_us or 0) * 10) + round((copy_us or 0) * 10)) / 10
         events.append((_event(o, api, kind, blocked=blocked), o.allows, None))
@@ -519,7 +520,7 @@ def combine(obs, memory, fast=None) -> tuple[list, list[str]]:
             continue
         if o.role == COPY:
             if pending is not None:
-                # the usual case, copy after pinned copy (100 merges), without a nested call
+                # the usual case, copy after pinned copy (a loop's), without a nested call
                 if host_kind(pending, pending_dir) != "pinned":
                     unknown += unpaired(pending, pending_dir)
                 pending = None

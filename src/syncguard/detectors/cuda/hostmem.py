@@ -12,7 +12,7 @@ a callback hung the process, NOTES), so the answer comes later, outside every ca
 * ``activity``: CUPTI's MEMCPY activity records (``srcKind``/``dstKind``), matched by
   correlation id and flushed at region exit. Exact, no CUDA call at all, but measured costlier.
 
-Both agreed with the profiler's runtime trace on every op measured (reports/probes/run2).
+Both agree with the profiler's runtime trace on the ops checked on a GPU.
 
 The same two sources name the direction of a copy whose call does not (``cudaMemcpyDefault``, the
 driver's unified ``cuMemcpy``/``cuMemcpyAsync``): the activity record's ``copyKind``, or the two
@@ -165,14 +165,13 @@ class ByCorrelation:
 
 class ByPointer:
     """What the runtime says of the pointers a region's copies used: pointer -> CUPTI memory
-    kind (a failed query leaves its pointer out). A region's copies reuse few pointers (100
-    merges: one pinned block), so the copies are judged by pointer, not one by one.
+    kind (a failed query leaves its pointer out). A region's copies reuse few pointers (a loop's
+    copies: one pinned block), so the copies are judged by pointer, not one by one.
 
     ``ask(pointers) -> kinds`` (each None when nothing says): asks the runtime for pointers the
     first time a copy needs them, once per pointer, so the region's exit makes one pass over its
-    copies (combine's); a Python pass of its own to collect the pointers first cost ~0.08 ms of a
-    100-merge region's exit on the H200's host, with caches cold
-    (reports/probes/query-order-4528237/). With the C module the exit asks in C by the same
+    copies (combine's), not a Python pass of its own to collect the pointers first, which is
+    costly at a region's exit with caches cold. With the C module the exit asks in C by the same
     rules (``_cuptifast.by_pointer``); this class serves the Python path. Without ``ask`` only
     ``kinds`` is known."""
 
@@ -182,8 +181,7 @@ class ByPointer:
         self._ask = ask
 
     # Plain loops, not comprehensions, in _learn (and pointer_kinds' ask): they run
-    # once per region exit with caches cold, where each comprehension's own frame cost about a
-    # microsecond (reports/cpu/region-cold.md).
+    # once per region exit with caches cold, where each comprehension's own frame is a cost.
     def _learn(self, ptrs) -> None:
         """Ask for ``ptrs`` (none asked before, each once) and name each: None when nothing says."""
         kinds, names = self.kinds, self._names
@@ -227,7 +225,7 @@ class ByPointer:
 def _runtime():
     """The libcudart torch loaded, or None when nothing may be asked of it now: the thread's
     current stream captures a graph, or there is no runtime. (torch from sys.modules: this runs
-    at region exit with caches cold, where an import statement cost ~3 us.)"""
+    at region exit with caches cold, where an import statement is not free.)"""
     torch = sys.modules.get("torch")
     try:
         return None if torch is None or torch.cuda.is_current_stream_capturing() else _load_cudart()
@@ -252,7 +250,7 @@ def pointer_kinds(fast=None) -> ByPointer:
 
     Nothing is asked while the thread's current stream captures a graph (checked once, at the
     first question). ``fast``: the C callback's module, which asks a batch of pointers in one call
-    without a ctypes call per pointer (~1 us each on the H200's host). The exit's own path with
+    without a ctypes call per pointer. The exit's own path with
     the C module asks in C (``_cuptifast.by_pointer``, with :func:`pointer_functions`)."""
     state: dict = {}
 
