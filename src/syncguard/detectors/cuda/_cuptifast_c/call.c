@@ -116,7 +116,7 @@ static PyObject *call_repr(PyObject *self) {
 
 PyTypeObject CallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "syncguard.detectors._cuptifast.Call",
+    .tp_name = "syncguard.detectors.cuda._cuptifast.Call",
     .tp_doc = "A call the C callback kept: calls.CudaCall's fields, read as attributes.",
     .tp_basicsize = sizeof(Call),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
