@@ -52,7 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from syncguard.atlas.render import wait_text  # noqa: E402  (one spelling of a cell, shared)
-from syncguard.detectors.hooks import markers_around  # noqa: E402  (one rule for "inside a marker")
+from syncguard.detectors.profiler import markers_around  # noqa: E402  (one rule for "inside a marker")
 
 SCHEMA = "syncguard-corpus-run"
 SCHEMA_VERSION = 2

@@ -1,8 +1,9 @@
 """The detectors that ride on torch's own hooks, behind the seam: debug, trace, gpu_trace,
 profile, and the fake detector used to test plumbing on machines without a GPU.
 
-The machinery (process-global hubs, the profiler's classification) is in :mod:`syncguard.detectors.hooks`;
-each class here says what one detector does for one region.
+The machinery is in :mod:`syncguard.detectors.hooks` (process-global hubs) and
+:mod:`syncguard.detectors.profiler` (the profiler's classification); each class here says what one
+detector does for one region.
 """
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import weakref
 
 from syncguard.detectors import hooks as detect
 from syncguard.detectors import routing
-from syncguard.detectors.hooks import HUBS, MARKER, site_from_profiler_stack
+from syncguard.attribution.frames import site_from_profiler_stack
+from syncguard.detectors.hooks import HUBS
+from syncguard.detectors.profiler import MARKER, classify
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC, SyncEvent)
 from syncguard.detectors import DetectorUnavailable
 
@@ -293,7 +296,7 @@ class Profile(_Base):
             # The profiler's thread ids do not tell threads apart (measured on the H200, torch
             # 2.11: every runtime call read thread 1), so markers alone scope a profile.
             records = HUBS.profile.harvest(keep=bool(_profile_regions))
-            syncs = detect.classify(records)
+            syncs = classify(records)
             for r in _profile_regions + [region]:
                 r.profile_syncs.extend(s for s in syncs if r.marker in s.markers)
 
