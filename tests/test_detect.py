@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from syncguard.detectors import hooks as detect
 from syncguard import detectors
 from syncguard.detectors import profiler
+from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.attribution.frames import site_from_profiler_stack
 from syncguard.detectors.profiler import TraceRecord, classify
 
@@ -443,7 +444,7 @@ def test_a_failure_after_subscribing_gives_the_subscription_back():
         raise ctypes.ArgumentError("argument 2: wrong type")
 
     lib.cuptiEnableCallback = enable
-    with pytest.raises(detectors.DetectorUnavailable, match="wrong type"):
+    with pytest.raises(DetectorUnavailable, match="wrong type"):
         hub.acquire(FakeRegion())
     assert hub.users == 0 and not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
     assert not hub.handle.value
@@ -452,7 +453,7 @@ def test_a_failure_after_subscribing_gives_the_subscription_back():
 @pytest.mark.parametrize("path", PATHS)
 def test_subscribe_failure_is_a_clear_unavailable_reason(path):
     hub = FakeHub(subscribe_error=39, path=path)
-    with pytest.raises(detectors.DetectorUnavailable, match="cuptiSubscribe failed: err39"):
+    with pytest.raises(DetectorUnavailable, match="cuptiSubscribe failed: err39"):
         hub.acquire(FakeRegion())
     assert hub.users == 0 and not hub.subscribed
 

@@ -19,7 +19,7 @@ from syncguard.attribution.frames import site_from_profiler_stack
 from syncguard.detectors.hooks import HUBS
 from syncguard.detectors.profiler import MARKER, classify
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC, SyncEvent)
-from syncguard.detectors import DetectorUnavailable
+from syncguard.detectors.seam import DetectorUnavailable
 
 _STREAM_CLASS = (STREAM_SYNC, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D)
 

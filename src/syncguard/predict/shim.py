@@ -30,8 +30,9 @@ from typing import Any
 import torch
 
 from syncguard.predict import rng
-from syncguard.predict.engine import DEVICE_COUNT, _active, active, check_ordinal
-from syncguard.predict.engine import cannot as _cannot, decide as _decide
+from syncguard.predict.devices import DEVICE_COUNT, check_ordinal
+from syncguard.predict.predictor import _active, active
+from syncguard.predict.predictor import cannot as _cannot, decide as _decide
 from syncguard.predict.tensors import FREES, moving, rebuilding, restoring, saving, swapping
 
 __all__ = ["install", "uninstall", "FakeStream", "FakeEvent", "FakeCUDAGraph", "SHIMMED",
@@ -45,8 +46,8 @@ _pin_threads: set[int] = set()
 def _inside() -> bool:
     """Whether the calling thread is inside a prediction block, and so gets the stand-ins.
 
-    Inside means: this thread has a ``predicting()`` block open (the engine's per-thread stack
-    of predictors, ``engine._active``), or it runs the pin loop of a DataLoader (``_pinning``).
+    Inside means: this thread has a ``predicting()`` block open (the per-thread stack
+    of predictors, ``predictor._active``), or it runs the pin loop of a DataLoader (``_pinning``).
     The rule follows thread identity, not a contextvar, because what makes a CUDA factory work
     inside a block is the block's torch modes, and torch keeps its mode stacks per thread: a
     thread started inside a block (``threading.Thread``, a pool's worker, also one that runs in
@@ -54,7 +55,7 @@ def _inside() -> bool:
     true, its first ``torch.ones(2, device="cuda")`` would crash. It gets torch's own answers
     instead, exactly as without syncguard, and is not predicted; to be predicted it opens a
     block of its own. A stand-in handed to it still runs, reported "not predicted"
-    (``engine.dispatch_unobserved``).
+    (``tensors.dispatch_unobserved``).
 
     The pin loop is the block's own work: on a CPU build only a loader made inside a block
     starts one (outside, ``torch.accelerator`` says there is no accelerator and the loader does
