@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from syncguard.attribution.frames import current_phase, user_site
-from syncguard.detectors.profiler import records_from_profiler
+from syncguard.detectors.profiler import TraceRecord, records_from_profiler
 from syncguard.detectors.routing import Observation, Sink
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                                       PAGEABLE_COPY, STREAM_SYNC)

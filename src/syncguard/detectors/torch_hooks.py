@@ -13,13 +13,14 @@ import dataclasses
 import threading
 import weakref
 
+from syncguard.attribution.frames import site_from_profiler_stack
 from syncguard.detectors import hooks as detect
 from syncguard.detectors import routing
-from syncguard.attribution.frames import site_from_profiler_stack
 from syncguard.detectors.hooks import HUBS
 from syncguard.detectors.profiler import MARKER, classify
-from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC, SyncEvent)
 from syncguard.detectors.seam import DetectorUnavailable
+from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC,
+                                      SyncEvent)
 
 _STREAM_CLASS = (STREAM_SYNC, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D)
 

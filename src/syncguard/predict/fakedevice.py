@@ -6,12 +6,11 @@ import collections
 from types import SimpleNamespace
 from typing import Any
 
-
 from syncguard.predict import rng
 from syncguard.predict.devices import check_ordinal
+from syncguard.predict.fakestreams import _ordinal, _device_id, _stats_device, _synchronize
 from syncguard.predict.predictor import decide as _decide
 from syncguard.predict.tensors import FREES
-from syncguard.predict.fakestreams import _ordinal, _device_id, _stats_device, _synchronize
 
 
 def _empty_cache() -> None:

@@ -7,10 +7,10 @@ from typing import Any
 
 import torch
 
-from syncguard.predict.predictor import cannot as _cannot
-from syncguard.predict.threads import _inside
 from syncguard.predict.fakedevice import _empty_cache
 from syncguard.predict.fakestreams import FakeStream, _stream, _synchronize
+from syncguard.predict.predictor import cannot as _cannot
+from syncguard.predict.threads import _inside
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import threading
 from types import SimpleNamespace
 from typing import Any
 
-
 from syncguard.predict.devices import DEVICE_COUNT, check_ordinal
 from syncguard.predict.predictor import active
 from syncguard.predict.predictor import decide as _decide

@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from syncguard.predict.predictor import cannot as _cannot
-from syncguard.predict.tensors import moving, rebuilding, restoring, saving, swapping
 from syncguard.predict.fakedevice import _NVTX
 from syncguard.predict.fakegraphs import _compile
+from syncguard.predict.predictor import cannot as _cannot
 from syncguard.predict.shimmed import ACCELERATOR_SHIMMED, MEMORY_SHIMMED, SHIMMED
+from syncguard.predict.tensors import moving, rebuilding, restoring, saving, swapping
 from syncguard.predict.threads import _inside, _pin_threads
 
 __all__ = ["install", "uninstall"]
