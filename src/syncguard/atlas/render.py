@@ -185,7 +185,7 @@ def _returns(row: Row) -> bool:
 
     torch does not undo a change one release later and redo it the next; such a row varies from
     run to run (each version is another process with its own allocator history: the cudaFree
-    count of a CUDA graph capture, measured at 0133499), so its changes are not transitions."""
+    count of a CUDA graph capture), so its changes are not transitions."""
     seen, last = [], None
     for c in row.cells:
         if not (c.measured and c.error is None) or c.waits == last:

@@ -269,7 +269,7 @@ class RaceDetector:
         try:
             first = not _HUB.installed
             _HUB.add(self)
-            if first:  # said once, by the region that did it (issue 12 item 3)
+            if first:  # said once, by the region that did it
                 self.notes.append(LASTING_NOTE)
             self._mode = _mode_for(self)
             self._mode.__enter__()

@@ -88,8 +88,7 @@ def merge_with_cuda(found: list, items: list) -> list:
     (same line, same class of sync, in order) becomes one event seen by both.
 
     The cuda detector's events are indexed by (file, line, class of sync) first: scanning the
-    whole list per event took 1.2 s for a region of 8,000 syncs and 19 s for 32,000
-    (bench/bench_merge_hooks.py, reports/cpu/merge-hooks.txt)."""
+    whole list per event grows with the square of a region's syncs (bench/bench_merge_hooks.py)."""
     out = list(found)
     waiting: dict[tuple, collections.deque] = {}  # key -> indices of cuda events not yet taken
     for i, (other, _, _) in enumerate(out):
@@ -294,8 +293,8 @@ class Profile(_Base):
         with _lock:
             HUBS.profile.pop(region.marker)
             _profile_regions.remove(region)
-            # The profiler's thread ids do not tell threads apart (measured on the H200, torch
-            # 2.11: every runtime call read thread 1), so markers alone scope a profile.
+            # The profiler's thread ids do not tell threads apart (on some torch versions every
+            # runtime call reads the same thread), so markers alone scope a profile.
             records = HUBS.profile.harvest(keep=bool(_profile_regions))
             syncs = classify(records)
             for r in _profile_regions + [region]:

@@ -105,7 +105,7 @@ def _reset(device: Any = None) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # NVTX: host-side markers for a profiler, no device work. What torch answers on a GPU with no
-# profiler attached (seen on an H200, torch 2.11): push/pop -2, range_start 0, mark None.
+# profiler attached: push/pop -2, range_start 0, mark None.
 
 _NVTX = SimpleNamespace(
     rangePushA=lambda msg: -2, rangePop=lambda: -2, markA=lambda msg: None,
@@ -146,8 +146,8 @@ def _acc_get_device_capability(device: Any = None, /) -> dict:
     """``torch.accelerator.get_device_capability`` (a dict of supported dtypes, not
     torch.cuda's (major, minor)). On CUDA it reaches the device guard's getDeviceCapability,
     which CUDA's guard does not override (c10/cuda/impl/CUDAGuardImpl.h), so a GPU raises c10's
-    default error, for device 1 of a one-GPU machine too (measured on the H200 with torch 2.11.0
-    and 2.14.1: reports/gpu/<v>/device-apis-<v>.log). The device is parsed first, by
+    default error, for device 1 of a one-GPU machine too (tools/probe_device_apis.py checks
+    it on a GPU). The device is parsed first, by
     torch.accelerator's own parser, as torch does (a "cpu" device raises its ValueError)."""
     from torch.accelerator._utils import _get_device_index
 

@@ -166,8 +166,8 @@ def restoring(restore, inside):
     ``storage.to(device)`` copies the storage from the pageable host memory it was read into to
     the device, one blocking upload per storage (torch.load restores a storage once, however
     many tensors share it). The copy is the storage's ``aten::copy_``, h2d from pageable
-    memory, blocking: the H200 measured it so in the library corpus's ``torch_load`` snippet
-    (``reports/atlas-runs/corpus-run-<v>.json``), whose rule it is predicted by; the storage
+    memory, blocking: so the library corpus's ``torch_load`` snippet runs on a GPU, and its rule
+    is what predicts it here; the storage
     stays on the CPU, tagged with the index, and ``_rebuild_tensor`` turns each tensor built on
     it into a stand-in. Every other call is torch's own."""
     import torch.serialization as serialization
@@ -220,7 +220,7 @@ def swapping(is_subclass):
 
 def _copy_predicted(src_cuda: bool, dst_cuda: bool, non_blocking: bool = False) -> None:
     """Decide a copy a storage makes (not a tensor op the dispatch mode sees): the storage's
-    ``aten::copy_``, as the H200 ran torch.save's and torch.load's, with host memory pageable."""
+    ``aten::copy_``, as torch.save's and torch.load's run on a GPU, with host memory pageable."""
     decide("aten::copy_", copy_facts(src_cuda, dst_cuda, None, non_blocking))
 
 
@@ -233,12 +233,11 @@ def moving(to, inside):
     a one-GPU machine raises), copies the storage, and gives a new storage, on the CPU here,
     tagged with the index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as
     stand-ins. The copy of an untagged storage is an upload from pageable host memory (the
-    storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``: measured so in the library
-    corpus's ``torch_load_storage_cuda`` snippet); a tagged one is copied on the device. torch
+    storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``, as the library corpus's
+    ``torch_load_storage_cuda`` snippet runs on a GPU); a tagged one is copied on the device. torch
     returns the storage itself only when ``device`` equals its device, index included:
     ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so it copies
-    (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is itself ->
-    False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it still
+    (``tools/probe_device_apis.py`` checks ``storage.cuda().cuda(0)`` on a GPU). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it still
     reports the CPU as its device. Every other call is torch's own."""
 
     @functools.wraps(to)
