@@ -1,4 +1,4 @@
-"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py) beyond streams
+"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py and the fake*.py modules it installs) beyond streams
 and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
 seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
 
