@@ -1,5 +1,5 @@
-"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py and the fake*.py modules it installs) beyond streams
-and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
+"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py and the fake*.py
+modules it installs) beyond streams and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
 seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
 
 Expected answers are what torch says on a real one-GPU machine (an H200 with torch 2.8.0, 2.11.0
