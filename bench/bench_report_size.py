@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 from syncguard.attribution.aggregate import aggregate  # noqa: E402
 from syncguard.attribution.codescope import default_scope  # noqa: E402
-from syncguard.detectors.hooks import user_site  # noqa: E402
+from syncguard.attribution.frames import user_site  # noqa: E402
 from syncguard.records.events import SyncEvent  # noqa: E402
 from syncguard.reporting.sessionfile import SessionFile, TestEntry, load_document  # noqa: E402
 

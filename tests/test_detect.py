@@ -23,7 +23,10 @@ from hypothesis import strategies as st
 
 from syncguard.detectors import hooks as detect
 from syncguard import detectors
-from syncguard.detectors.hooks import TraceRecord, classify
+from syncguard.detectors import profiler
+from syncguard.detectors.seam import DetectorUnavailable
+from syncguard.attribution.frames import site_from_profiler_stack
+from syncguard.detectors.profiler import TraceRecord, classify
 
 REGION = "syncguard::region#1"
 
@@ -90,7 +93,7 @@ def test_python_call_events_are_not_ops_but_give_the_line():
              "/u/model.py(41): step", parent=1, copies=["Memcpy HtoD (Pageable -> Device)"])]
     (s,) = classify(r)
     assert (s.kind, s.ops) == ("pageable_copy", ("aten::to", "aten::copy_"))
-    site = detect.site_from_profiler_stack(s.stack)
+    site = site_from_profiler_stack(s.stack)
     assert (site.filename, site.lineno) == ("/u/model.py", 41)
 
 
@@ -220,7 +223,7 @@ def test_profiler_stack_attribution_skips_torch_frames():
     import torch
 
     tfile = os.path.join(os.path.dirname(torch.__file__), "cuda", "__init__.py")
-    site = detect.site_from_profiler_stack([f"{tfile}(12): synchronize", "/u/model.py(41): step"])
+    site = site_from_profiler_stack([f"{tfile}(12): synchronize", "/u/model.py(41): step"])
     assert (site.filename, site.lineno, site.function) == ("/u/model.py", 41, "step")
 
 
@@ -441,7 +444,7 @@ def test_a_failure_after_subscribing_gives_the_subscription_back():
         raise ctypes.ArgumentError("argument 2: wrong type")
 
     lib.cuptiEnableCallback = enable
-    with pytest.raises(detectors.DetectorUnavailable, match="wrong type"):
+    with pytest.raises(DetectorUnavailable, match="wrong type"):
         hub.acquire(FakeRegion())
     assert hub.users == 0 and not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
     assert not hub.handle.value
@@ -450,7 +453,7 @@ def test_a_failure_after_subscribing_gives_the_subscription_back():
 @pytest.mark.parametrize("path", PATHS)
 def test_subscribe_failure_is_a_clear_unavailable_reason(path):
     hub = FakeHub(subscribe_error=39, path=path)
-    with pytest.raises(detectors.DetectorUnavailable, match="cuptiSubscribe failed: err39"):
+    with pytest.raises(DetectorUnavailable, match="cuptiSubscribe failed: err39"):
         hub.acquire(FakeRegion())
     assert hub.users == 0 and not hub.subscribed
 
@@ -788,11 +791,11 @@ def test_markers_count_by_thread_and_time_where_the_event_tree_cut_them():
               _pev("cudaStreamSynchronize", 61, 62, item),
               _pev("cudaStreamSynchronize", 71, 72, bg_op),
               _pev("cudaDeviceSynchronize", 200, 201)]  # the profiler stopping, after the region
-    got = [(r.start_us, tuple(a for a in r.ancestors if a.startswith(detect.MARKER)))
-           for r in detect.records_from_profiler(events)]
+    got = [(r.start_us, tuple(a for a in r.ancestors if a.startswith(profiler.MARKER)))
+           for r in profiler.records_from_profiler(events)]
     assert got == [(25, ("syncguard::allow#2", "syncguard::region#1")),
                    (61, ("syncguard::region#1",)), (71, ()), (200, ())]
-    (first, *_) = classify(detect.records_from_profiler(events))
+    (first, *_) = classify(profiler.records_from_profiler(events))
     assert first.ops == ("aten::to",) and first.markers == ("syncguard::allow#2", "syncguard::region#1")
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from syncguard.pytest_plugin import options
-from syncguard.detectors.hooks import SYNC_APIS
+from syncguard.detectors.profiler import SYNC_APIS
 
 
 def test_syncguard_marker_parses_and_validates():

@@ -13,7 +13,7 @@ import pytest
 from rulelearn.calibrate import calibrate_suite
 from rulelearn.derive import (CAPTURE_WHY, CorpusRun, derive, load_runs,
                                       measured_events, normalise_op, run_snippets)
-from syncguard.predict.engine import Observation
+from syncguard.predict.predictor import Observation
 from syncguard.predict.rules import load_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

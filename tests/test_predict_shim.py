@@ -1,6 +1,6 @@
-"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py) beyond streams
-and synchronize: ``torch.accelerator``, device selection and ordinals, the memory queries, RNG
-seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
+"""The predictor's stand-in for torch's device APIs (syncguard/predict/shim.py and the fake*.py
+modules it installs) beyond streams and synchronize: ``torch.accelerator``, device selection
+and ordinals, the memory queries, RNG seeding, NVTX, CUDA graphs and ``torch.compile``'s CUDA-graph modes.
 
 Expected answers are what torch says on a real one-GPU machine (an H200 with torch 2.8.0, 2.11.0
 and 2.14.1, all alike: ``reports/gpu/<v>/device-apis-<v>.log``, tools/probe_device_apis.py):

@@ -19,7 +19,9 @@ import torch
 
 from syncguard.detectors import races
 from syncguard.records.events import RACE, RaceEvent
-from syncguard.detectors.races import PinnedTracker, RaceDetector, byte_range
+from syncguard.detectors import pinned
+from syncguard.detectors.pinned import PinnedTracker, byte_range
+from syncguard.detectors.races import RaceDetector
 
 san = pytest.importorskip("torch.cuda._sanitizer")
 from torch.utils import _python_dispatch as pd  # noqa: E402
@@ -206,7 +208,7 @@ def test_an_event_wait_orders_the_accesses():
 def test_repeated_race_is_one_event_with_a_count():
     handler = races._handler_class(san)()
     handler._handle_stream_creation(S1)
-    log = races._Races()
+    log = pinned._Races()
     for _ in range(3):
         _launch(handler, S1, write={2000})
         for err in _launch(handler, S0, read={2000}):
@@ -224,8 +226,8 @@ def test_frames_site_skips_torch_and_syncguard():
               traceback.FrameSummary("/user/b.py", 9, "g", lookup_line=False),
               traceback.FrameSummary(races.__file__, 1, "_dispatch", lookup_line=False),
               traceback.FrameSummary(torch_file, 1, "__call__", lookup_line=False)]
-    assert races.frames_site(frames) == ("/user/b.py", 9)
-    assert races.frames_site(frames[2:]) == (None, None)
+    assert pinned.frames_site(frames) == ("/user/b.py", 9)
+    assert pinned.frames_site(frames[2:]) == (None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ def test_frames_site_skips_torch_and_syncguard():
 
 def _tracker():
     syncs = san.StreamSynchronizations()
-    log = races._Races()
+    log = pinned._Races()
     return PinnedTracker(syncs, log), syncs, log
 
 
@@ -242,13 +244,13 @@ def _copy(tracker, syncs, buf, *, stream=S1, seq=1, writes_host=False, pending=T
     syncs.update_seq_num(stream, seq)  # FAKE: the copy's launch
     tracker.device_access(*byte_range(buf), stream=stream, seq=seq, writes_host=writes_host,
                           op="aten::copy_", site=lambda: ("copy.py", 10),
-                          tensor=races.describe(buf), data_ptr=buf.data_ptr(), pending=pending,
+                          tensor=pinned.describe(buf), data_ptr=buf.data_ptr(), pending=pending,
                           lifetime=buf)
 
 
 def _host(tracker, buf, write=True, op="aten::add_"):
     tracker.host_access(*byte_range(buf), write=write, op=op, site=lambda: ("host.py", 20),
-                        tensor=races.describe(buf), data_ptr=buf.data_ptr())
+                        tensor=pinned.describe(buf), data_ptr=buf.data_ptr())
 
 
 def test_host_write_during_h2d_copy_is_a_race():
@@ -362,7 +364,7 @@ def test_unchanged_bytes_seen_write_and_size_limit_do_not_double_report():
     syncs.all_streams_wait_for_stream(S1)
     tracker.host_synced(lambda: ("sync.py", 7))
     assert [e.ops[0] for e in log.events()] == ["aten::add_"]
-    small = PinnedTracker(san.StreamSynchronizations(), races._Races(), checksum_max_bytes=16)
+    small = PinnedTracker(san.StreamSynchronizations(), pinned._Races(), checksum_max_bytes=16)
     c = torch.zeros(64)
     small.syncs.update_seq_num(S1, 1)
     small.device_access(*byte_range(c), stream=S1, seq=1, writes_host=False, op="aten::copy_",

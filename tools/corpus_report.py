@@ -24,7 +24,7 @@ never held CUPTI, and each such truth says so (``process: "child"``, ``in_proces
 ground truth is this file's own reading of the trace, never syncguard's classification.
 Without CUDA it prints one "no CUDA" line and exits 0.
 
-The JSON (``schema`` "syncguard-corpus-run", ``schema_version`` 2; ``syncguard atlas`` reads it):
+The JSON is a corpus run as :mod:`syncguard.atlas.runs` defines it (``syncguard atlas`` reads it):
 ``provenance`` (torch, CUDA, GPU, driver, git commit, a digest of the sources, when, how long),
 ``detector_sets``, ``noise_syncs``, ``summary`` (agreement counts per detector set) and
 ``snippets``: per snippet its id, file and line, ``error``, ``truth`` (``ok``, ``syncs``,
@@ -51,11 +51,9 @@ from collections import Counter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from syncguard.atlas.render import wait_text  # noqa: E402  (one spelling of a cell, shared)
-from syncguard.detectors.hooks import markers_around  # noqa: E402  (one rule for "inside a marker")
+from syncguard.atlas.runs import dumps_run, new_run, wait_text  # noqa: E402  (the run document; one spelling of a cell)
+from syncguard.detectors.profiler import markers_around  # noqa: E402  (one rule for "inside a marker")
 
-SCHEMA = "syncguard-corpus-run"
-SCHEMA_VERSION = 2
 MARKER = "corpus_report::snippet"
 SYNC_WARNING = "called a synchronizing CUDA operation"
 WAIT_APIS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaFree")
@@ -401,7 +399,7 @@ def provenance(started: float) -> dict:
 
     commit = (prov.git_state(ROOT) or {}).get("commit")  # honours SYNCGUARD_GIT_COMMIT
     digest = hashlib.sha256("".join(prov.code_digest(os.path.join(ROOT, sub)) for sub in (
-        "syncguard", "tests/gpu", "cases", "tools")).encode())
+        "src", "tests/gpu", "cases", "tools")).encode())
     return {**env, "git_commit": commit, "source_sha256": digest.hexdigest()[:16],
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "duration_s": round(time.time() - started, 1)}
@@ -483,11 +481,10 @@ def run() -> dict:
         for name, det in row["detectors"].items():
             if truth and truth.get("ok") and "error" not in det:
                 row["agreement"][name] = judge(c, truth, det)
-    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "provenance": provenance(started),
-           "detector_sets": {n: d or "default" for n, d in sets.items()},
-           "noise_syncs": noise.count, "snippets": list(rows.values())}
-    doc["summary"] = summarize(doc)
-    return doc
+    named = {n: d or "default" for n, d in sets.items()}
+    snippets = list(rows.values())
+    return new_run(provenance(started), named, noise.count, snippets,
+                   summarize({"detector_sets": named, "snippets": snippets}))
 
 
 def truth_in_child(ids: list[str]) -> dict:
@@ -619,7 +616,7 @@ def write(doc: dict, out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     ver = str(doc["provenance"]["torch"]).split("+")[0]
     paths = []
-    for suffix, text in ((".json", json.dumps(doc, indent=1, sort_keys=True) + "\n"),
+    for suffix, text in ((".json", dumps_run(doc)),
                          (".md", markdown(doc))):
         path = os.path.join(out_dir, f"corpus-run-{ver}{suffix}")
         with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -674,11 +671,8 @@ def convert(old: dict, path: str) -> dict:
                converted_from=os.path.relpath(os.path.abspath(path), ROOT),
                truth_source="schema-1 run: syncguard's profile + debug detectors of that run "
                             "(no independent runtime trace was recorded)")
-    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "provenance": env,
-           "detector_sets": {"default": "default", "debug,trace,profile": "debug,trace,profile"},
-           "noise_syncs": None, "snippets": rows}
-    doc["summary"] = summarize(doc)
-    return doc
+    named = {"default": "default", "debug,trace,profile": "debug,trace,profile"}
+    return new_run(env, named, None, rows, summarize({"detector_sets": named, "snippets": rows}))
 
 
 def main(argv: list[str] | None = None) -> int:

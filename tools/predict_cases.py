@@ -37,7 +37,8 @@ LEFT_OUT = {"cases/test_races.py": "race detection needs CUDA's sanitizer; not p
 
 def _deliver(event):
     from syncguard.regions import region as scope
-    from syncguard.detectors.hooks import Observation, Site
+    from syncguard.attribution.frames import Site
+    from syncguard.detectors.routing import Observation
 
     return scope._deliver(Observation("fake", Site(event.filename, event.lineno, event.function,
                                                    event.stack), event.thread, api=event.api,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import threading
 
 from syncguard.attribution.frames import PHASES
-from syncguard.detectors.hooks import Observation, user_site
+from syncguard.attribution.frames import user_site
+from syncguard.detectors.routing import Observation
 from syncguard.records.events import STREAM_SYNC, SYNC_KINDS
 from syncguard.regions.region import _deliver
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from syncguard.predict.engine import Observation
+from syncguard.predict.predictor import Observation
 from syncguard.predict.rules import RuleTable, fact_key, version_tuple
 
 __all__ = ["CorpusRun", "Ran", "Derivation", "RUNS_DIR", "CAPTURE_WHY", "load_runs",
@@ -137,7 +137,7 @@ def run_snippets(snippets: list[dict], make_states: Callable[[], dict], table: R
     prediction, set-up and context outside what is recorded, as the GPU runner does. One bad
     snippet is recorded and the others go on."""
     from syncguard.predict import predicting
-    from syncguard.predict.engine import Unmodelled
+    from syncguard.predict.predictor import Unmodelled
 
     out: dict[str, Ran] = {}
     with predicting(target, rules=table) as p:

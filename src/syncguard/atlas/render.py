@@ -1,6 +1,7 @@
 """``syncguard atlas``: which operations make the host wait, in which torch version, and how.
 
-It renders committed corpus runs (tools/corpus_report.py, schema ``syncguard-corpus-run`` 2):
+It renders committed corpus runs (:mod:`syncguard.atlas.runs` defines them; tools/corpus_report.py
+writes them on a GPU machine):
 one row per sync pattern (every snippet of the corpus, the library corpus and the cases), one
 column per run (torch version, GPU, driver). A cell is the run's ground truth for that snippet:
 what waits, as kind × count with copy direction and pageable/pinned memory, the runtime API and
@@ -19,30 +20,17 @@ import json
 import os
 import re
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from syncguard.atlas.runs import BENCH_KIND, load_run, wait_text
 from syncguard.records.alternatives import Alternative, for_snippet
-from syncguard.records.schema import SchemaError, check_schema, check_types
 from syncguard.reporting.matrix import parse_version
 
-RUN_SCHEMA, RUN_SCHEMA_VERSION = "syncguard-corpus-run", 2
-BENCH_KIND = "syncguard-merge-bench-split"  # bench/bench_merge.py --split
 ATLAS_SCHEMA_VERSION = 1
 DEFAULT_RUNS = "reports/atlas-runs/*.json"
-COPY_KINDS = ("blocking_copy_d2h", "blocking_copy_h2d", "pageable_copy")
 CORPORA = ("corpus", "library", "cases")
 CHANGED = "◆"
-
-
-def wait_text(waits: Iterable[dict[str, Any]]) -> str:
-    """``blocking_copy_h2d[h2d/pageable], stream_sync×2``; "clean" when nothing waits. The one
-    spelling of a cell's waits, shared with the corpus runner's table."""
-    counts = Counter(w["kind"] + (f"[{w.get('direction')}/{w.get('memory') or '?'}]"
-                                  if w["kind"] in COPY_KINDS and w.get("direction") else "")
-                     for w in waits)
-    return ", ".join(f"{k}×{n}" if n > 1 else k for k, n in sorted(counts.items())) or "clean"
 
 
 @dataclass(frozen=True)
@@ -112,73 +100,6 @@ class Atlas:
     bench_columns: tuple[str, ...] = ()  # "torch · GPU · file" of each merge benchmark run
     merges: tuple[MergeRow, ...] = ()
     unstable: tuple[Row, ...] = ()  # rows whose value returns after changing: not transitions
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading runs
-
-def load_run(path: str) -> dict[str, Any]:
-    """One corpus run, checked; SchemaError with a one-line reason otherwise."""
-    from syncguard.reporting.sessionfile import read_json
-
-    doc = read_json(path, "corpus run")
-    try:
-        if isinstance(doc, dict) and doc.get("kind") == BENCH_KIND:
-            check_schema(doc, "merge benchmark", (1,))
-            _check_bench(doc)
-            return doc
-        if not isinstance(doc, dict) or doc.get("schema") != RUN_SCHEMA:
-            raise SchemaError(f"not a corpus run (schema {RUN_SCHEMA!r}); "
-                              "write one with tools/corpus_report.py")
-        check_schema(doc, "corpus run", (RUN_SCHEMA_VERSION,))
-        _check_run(doc)
-    except SchemaError as e:
-        raise SchemaError(f"{path}: {e}") from None
-    return doc
-
-
-# What build() and the renderers read of a run, with the types they read it as
-# (syncguard.records.schema.VALUE_TYPES): a run checked for its keys alone gave a traceback on a value
-# of another type (``"snippets": null``, a wait without its API).
-_PROVENANCE = dict.fromkeys(("torch", "cuda_runtime", "gpu", "driver", "git_commit",
-                             "source_sha256", "created", "truth_source"), "str | None")
-_AGREEMENT = dict.fromkeys(("syncs_agree", "judged", "kind_agree", "kind_judged",
-                            "events_on_line", "events", "other_threads"), "float")
-_SNIPPET = {"id": "str", "corpus": "str", "doc": "str | None", "error": "str | None",
-            "truth": "dict | None"}
-_WAIT = {"kind": "str", "api": "str", "op": "str | None", "direction": "str | None",
-         "memory": "str | None"}
-_RESULT = {"variant": "str", "tokens": "int", "hidden": "int", "device_x_copy": "dict",
-           "host_us": "dict", "peak_extra_bytes": "float"}
-_SPREAD = dict.fromkeys(("median", "min", "max"), "float")
-
-
-def _check_run(doc: dict[str, Any]) -> None:
-    check_types(doc, {"provenance": "dict", "snippets": "list", "summary": "dict"}, "corpus run",
-                required=("provenance", "snippets", "summary"))
-    check_types(doc["provenance"], _PROVENANCE, "provenance")
-    check_types(doc["summary"], {"default": "dict | None"}, "summary")
-    if doc["summary"].get("default"):
-        check_types(doc["summary"]["default"], _AGREEMENT, "summary.default", required=_AGREEMENT)
-    for i, snippet in enumerate(doc["snippets"]):
-        check_types(snippet, _SNIPPET, f"snippets[{i}]", required=("id", "corpus"))
-        truth = snippet.get("truth") or {}
-        check_types(truth, {"why": "str | None", "waits": "list"}, f"snippets[{i}].truth")
-        for j, wait in enumerate(truth.get("waits", [])):
-            check_types(wait, _WAIT, f"snippets[{i}].truth.waits[{j}]", required=("kind", "api"))
-
-
-def _check_bench(doc: dict[str, Any]) -> None:
-    check_types(doc, {"environment": "dict", "results": "list"}, "merge benchmark",
-                required=("environment", "results"))
-    env = doc["environment"]
-    check_types(env, {"torch": "str | None", "gpu": "str | None", "project": "dict | None"},
-                "environment")
-    check_types(env.get("project") or {}, {"commit": "str | None"}, "environment.project")
-    for i, result in enumerate(doc["results"]):
-        check_types(result, _RESULT, f"results[{i}]", required=_RESULT)
-        for key in ("device_x_copy", "host_us"):
-            check_types(result[key], _SPREAD, f"results[{i}].{key}", required=_SPREAD)
 
 
 def _agreement(summary: dict[str, Any]) -> str:
@@ -264,7 +185,7 @@ def _returns(row: Row) -> bool:
 
     torch does not undo a change one release later and redo it the next; such a row varies from
     run to run (each version is another process with its own allocator history: the cudaFree
-    count of a CUDA graph capture, measured at 0133499), so its changes are not transitions."""
+    count of a CUDA graph capture), so its changes are not transitions."""
     seen, last = [], None
     for c in row.cells:
         if not (c.measured and c.error is None) or c.waits == last:
@@ -484,8 +405,7 @@ def render(atlas: Atlas, fmt: str, to_terminal: bool) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Command line: ``syncguard atlas`` (syncguard/cli.py registers these; ``python -m syncguard.atlas.render``
-# runs the same command)
+# Command line: ``syncguard atlas`` (syncguard/cli.py registers these)
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("runs", nargs="*", metavar="RUN", default=[DEFAULT_RUNS],
@@ -509,9 +429,3 @@ def command(args: argparse.Namespace, paths: list[str]) -> int:
     elif text is not None:
         sys.stdout.write(text)
     return 0
-
-
-if __name__ == "__main__":
-    from syncguard.cli import main
-
-    sys.exit(main(["atlas", *sys.argv[1:]]))

@@ -1,6 +1,7 @@
 """The detector seam: one small protocol, one registry.
 
-A detector is one module with one class implementing :class:`Detector`, registered here by name.
+A detector is one module with one class implementing :class:`~syncguard.detectors.seam.Detector`,
+registered here by name.
 A region arms the detectors it was asked for (in registry order), routes their observations
 through :mod:`syncguard.detectors.routing`, disarms them in reverse, and asks each to turn what it saw into
 events (``finish``), each detector receiving the events of those before it so that two views of
@@ -14,34 +15,12 @@ report names what ran and why.
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol, runtime_checkable
+
+from syncguard.detectors.seam import Detector
 
 AUTO = "auto"
 #: what ``auto`` falls back to when the cuda detector cannot run: reversible, no lasting hook
 FALLBACK = ("debug", "trace")
-
-
-class DetectorUnavailable(RuntimeError):
-    """Raised by ``arm`` when the detector cannot run now; the message is the one-line reason."""
-
-
-@runtime_checkable
-class Detector(Protocol):
-    name: str
-    order: int  # finish() runs in this order; lower first
-    lasting: bool  # True: leaves a hook in the process after the last region (opt-in only)
-
-    def unavailable(self) -> str | None:
-        """Why this detector cannot run in this process now, or None."""
-
-    def arm(self, region: Any) -> None:
-        """Start observing for ``region``; raise DetectorUnavailable with a reason if it cannot."""
-
-    def disarm(self, region: Any) -> None:
-        """Stop observing for ``region``; the last region restores everything arm changed."""
-
-    def finish(self, region: Any, found: list) -> list:
-        """``found`` plus this detector's events: a list of (SyncEvent, allows, marker)."""
 
 
 _registry: dict[str, Detector] = {}

@@ -1,8 +1,9 @@
 """The detectors that ride on torch's own hooks, behind the seam: debug, trace, gpu_trace,
 profile, and the fake detector used to test plumbing on machines without a GPU.
 
-The machinery (process-global hubs, the profiler's classification) is in :mod:`syncguard.detectors.hooks`;
-each class here says what one detector does for one region.
+The machinery is in :mod:`syncguard.detectors.hooks` (process-global hubs) and
+:mod:`syncguard.detectors.profiler` (the profiler's classification); each class here says what one
+detector does for one region.
 """
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import dataclasses
 import threading
 import weakref
 
+from syncguard.attribution.frames import site_from_profiler_stack
 from syncguard.detectors import hooks as detect
 from syncguard.detectors import routing
-from syncguard.detectors.hooks import HUBS, MARKER, site_from_profiler_stack
-from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC, SyncEvent)
-from syncguard.detectors import DetectorUnavailable
+from syncguard.detectors.hooks import HUBS
+from syncguard.detectors.profiler import MARKER, classify
+from syncguard.detectors.seam import DetectorUnavailable
+from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, STREAM_SYNC,
+                                      SyncEvent)
 
 _STREAM_CLASS = (STREAM_SYNC, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D)
 
@@ -84,8 +88,7 @@ def merge_with_cuda(found: list, items: list) -> list:
     (same line, same class of sync, in order) becomes one event seen by both.
 
     The cuda detector's events are indexed by (file, line, class of sync) first: scanning the
-    whole list per event took 1.2 s for a region of 8,000 syncs and 19 s for 32,000
-    (bench/bench_merge_hooks.py, reports/cpu/merge-hooks.txt)."""
+    whole list per event grows with the square of a region's syncs (bench/bench_merge_hooks.py)."""
     out = list(found)
     waiting: dict[tuple, collections.deque] = {}  # key -> indices of cuda events not yet taken
     for i, (other, _, _) in enumerate(out):
@@ -290,10 +293,10 @@ class Profile(_Base):
         with _lock:
             HUBS.profile.pop(region.marker)
             _profile_regions.remove(region)
-            # The profiler's thread ids do not tell threads apart (measured on the H200, torch
-            # 2.11: every runtime call read thread 1), so markers alone scope a profile.
+            # The profiler's thread ids do not tell threads apart (on some torch versions every
+            # runtime call reads the same thread), so markers alone scope a profile.
             records = HUBS.profile.harvest(keep=bool(_profile_regions))
-            syncs = detect.classify(records)
+            syncs = classify(records)
             for r in _profile_regions + [region]:
                 r.profile_syncs.extend(s for s in syncs if r.marker in s.markers)
 

@@ -27,7 +27,7 @@ import torch
 
 from syncguard.records.events import Report, SyncError, SyncEvent
 from syncguard.predict import shim
-from syncguard.predict.engine import DETECTOR, Observation, Predictor, Unmodelled, pop, push
+from syncguard.predict.predictor import DETECTOR, Observation, Predictor, Unmodelled, pop, push
 from syncguard.predict.modes import PredictDispatchMode, PredictFunctionMode
 from syncguard.predict.rules import RuleTable, load_rules
 from syncguard.predict.tensors import CudaStandIn
@@ -104,7 +104,7 @@ def _new(torch_version, rules, on_event) -> tuple[Predictor, Prediction]:
 
 def session_active() -> bool:
     """Whether a ``predicting()`` block is open on this thread."""
-    from syncguard.predict.engine import active
+    from syncguard.predict.predictor import active
 
     return active() is not None
 
@@ -139,7 +139,7 @@ def predicted(torch_version: str | None = None, *, rules: RuleTable | str | None
     """A region inside an open ``predicting()`` block on this thread: what runs inside is
     recorded here instead of in the block (the plugin opens the block for the whole session, so
     that collection already sees ``torch.cuda.is_available()``, and one region per test)."""
-    from syncguard.predict.engine import _active
+    from syncguard.predict.predictor import _active
 
     if not _active.get(threading.get_ident()):
         raise RuntimeError("predicted() needs an enclosing predicting() block on this thread")

@@ -10,38 +10,18 @@ from typing import Any
 
 import torch
 
-from syncguard.predict.tensors import is_marked_pinned, is_standin
+from syncguard.predict.copies import copy_facts
+from syncguard.predict.tensors import is_standin
 
-__all__ = ["op_name", "op_facts", "copy_facts", "is_device_kernel", "mixes_host_tensors"]
+__all__ = ["op_facts", "is_device_kernel", "mixes_host_tensors"]
 
 _INDEX_OPS = {"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index",
               "_unsafe_index_put"}
 _DYNAMIC_TAGS = (torch.Tag.dynamic_output_shape, torch.Tag.data_dependent_output)
 
 
-def op_name(func) -> str:
-    """``aten::name`` or ``aten::name.overload``: the profiler's spelling plus the overload
-    where it is not ``default``."""
-    schema_name = func._schema.name  # e.g. "aten::index"
-    overload = func._overloadname
-    return schema_name if overload == "default" else f"{schema_name}.{overload}"
-
-
 def _side(t: torch.Tensor) -> str:
     return "cuda" if is_standin(t) else "cpu"
-
-
-def _host(t: torch.Tensor) -> str:
-    return "pinned" if is_marked_pinned(t) else "pageable"
-
-
-def copy_facts(src_cuda: bool, dst_cuda: bool, host_tensor: torch.Tensor | None,
-               non_blocking: bool) -> dict[str, Any]:
-    direction = {(False, True): "h2d", (True, False): "d2h"}.get((src_cuda, dst_cuda), "d2d")
-    facts: dict[str, Any] = {"direction": direction, "non_blocking": bool(non_blocking)}
-    if direction != "d2d":
-        facts["host"] = _host(host_tensor) if host_tensor is not None else "pageable"
-    return facts
 
 
 def op_facts(func, args: tuple, kwargs: dict) -> dict[str, Any]:

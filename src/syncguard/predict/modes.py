@@ -1,4 +1,19 @@
-"""The function mode and the dispatch mode of the predictor (see engine.py for why two)."""
+"""The function mode and the dispatch mode of the predictor: two torch modes that let CUDA code
+run on the CPU and ask the rules table, for every op that touches a CUDA stand-in, whether a GPU
+would have made the host wait.
+for every op that touches a CUDA stand-in, whether a GPU would have made the host wait.
+
+Why two modes:
+
+* a ``TorchFunctionMode`` sees calls as the user wrote them, before the Python bindings check
+  devices. It rewrites ``device="cuda"`` / ``pin_memory=True`` to what a CPU build accepts, and
+  implements the host<->device moves (``.to``, ``.cuda``, ``.cpu``, ``.tolist``,
+  ``pin_memory``): on a stand-in whose C++ device is the CPU, C++ would treat ``.cpu()`` as a
+  no-op and never dispatch it;
+* a ``TorchDispatchMode`` sees every aten op (also those torch's own Python code issues while
+  the function mode is paused), unwraps stand-ins, runs the CPU kernel and wraps outputs again.
+  Rules are keyed by these aten ops, the names the profile detector records on the GPU.
+"""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -8,10 +23,13 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from syncguard.predict.engine import Predictor, _first_index, _rewrap, active, check_ordinal, cuda_index
-from syncguard.predict.facts import copy_facts, is_device_kernel, op_facts, op_name
+from syncguard.predict.copies import copy_facts, is_marked_pinned, mark_pinned
+from syncguard.predict.devices import _first_index, check_ordinal, cuda_index
+from syncguard.predict.facts import is_device_kernel, op_facts
+from syncguard.predict.predictor import Predictor, active
 from syncguard.predict.rng import seeded_draw
-from syncguard.predict.tensors import is_marked_pinned, is_standin, mark_pinned, unwrap, wrap
+from syncguard.predict.rules import op_name
+from syncguard.predict.tensors import _rewrap, is_standin, unwrap, wrap
 
 __all__ = ["PredictFunctionMode", "PredictDispatchMode", "PinningMode"]
 

@@ -16,6 +16,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+
+def op_name(func) -> str:
+    """``aten::name`` or ``aten::name.overload``: the profiler's spelling plus the overload
+    where it is not ``default``."""
+    schema_name = func._schema.name  # e.g. "aten::index"
+    overload = func._overloadname
+    return schema_name if overload == "default" else f"{schema_name}.{overload}"
+
 __all__ = ["RULES_PATH", "RULES_KIND", "Verdict", "RuleTable", "load_rules", "fact_key",
            "version_tuple", "MODELLED_FACTS"]
 

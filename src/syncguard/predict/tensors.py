@@ -8,8 +8,7 @@ tensor would, at the Python level, where user code reads them. What it "would be
 through dispatch because every op on a stand-in reaches the predictor's dispatch mode, which
 unwraps, runs the CPU kernel and wraps the outputs again (the shape of ``FakeTensor``).
 
-Pinned host memory cannot exist on a CPU build either, so "this CPU tensor would be pinned" is
-remembered beside the tensor (a weak set) rather than in it.
+Which host memory would be pinned is in :mod:`syncguard.predict.copies`.
 """
 from __future__ import annotations
 
@@ -20,9 +19,13 @@ import threading
 import weakref
 
 import torch
+from torch.utils._pytree import tree_map
 
-__all__ = ["CudaStandIn", "wrap", "unwrap", "is_standin", "mark_pinned", "is_marked_pinned",
-           "FREES"]
+from syncguard.predict.copies import copy_facts
+from syncguard.predict.predictor import active, cannot, decide, everyone
+from syncguard.predict.rules import op_name
+
+__all__ = ["CudaStandIn", "wrap", "unwrap", "is_standin", "dispatch_unobserved", "FREES"]
 
 
 class CudaStandIn(torch.Tensor):
@@ -49,8 +52,6 @@ class CudaStandIn(torch.Tensor):
         # Reached only where no predicting() dispatch mode is active (another thread, or a
         # stand-in kept past the block): run on the CPU, keep the CUDA label, and let the
         # predictor say it could not see this op.
-        from syncguard.predict.engine import dispatch_unobserved
-
         return dispatch_unobserved(func, args, kwargs or {})
 
     @property
@@ -72,8 +73,6 @@ class CudaStandIn(torch.Tensor):
         """Inside a predicting block, torch's own printing runs on the stand-in, so the ops it
         issues (one ``.item()`` per printed element, ``nonzero`` for the summary) are seen and
         predicted as on a GPU; outside, the data with its label."""
-        from syncguard.predict.engine import active
-
         if active() is not None:  # _str would switch the predictor's modes off: _str_intern
             with torch.no_grad():
                 text = torch._tensor_str._str_intern(self, tensor_contents=tensor_contents)
@@ -91,8 +90,6 @@ class CudaStandIn(torch.Tensor):
         elem = self._sg_elem
         fn, args = elem.__reduce_ex__(proto)[:2]
         if fn is not torch._utils._rebuild_tensor_v2 or type(elem) is not torch.Tensor:
-            from syncguard.predict.engine import cannot
-
             cannot("torch.save", "saving this kind of CUDA tensor (dtype or layout) is not "
                    "modelled: it is written as a CPU tensor, and its copy to the host is not "
                    "predicted")
@@ -169,8 +166,8 @@ def restoring(restore, inside):
     ``storage.to(device)`` copies the storage from the pageable host memory it was read into to
     the device, one blocking upload per storage (torch.load restores a storage once, however
     many tensors share it). The copy is the storage's ``aten::copy_``, h2d from pageable
-    memory, blocking: the H200 measured it so in the library corpus's ``torch_load`` snippet
-    (``reports/atlas-runs/corpus-run-<v>.json``), whose rule it is predicted by; the storage
+    memory, blocking: so the library corpus's ``torch_load`` snippet runs on a GPU, and its rule
+    is what predicts it here; the storage
     stays on the CPU, tagged with the index, and ``_rebuild_tensor`` turns each tensor built on
     it into a stand-in. Every other call is torch's own."""
     import torch.serialization as serialization
@@ -223,10 +220,7 @@ def swapping(is_subclass):
 
 def _copy_predicted(src_cuda: bool, dst_cuda: bool, non_blocking: bool = False) -> None:
     """Decide a copy a storage makes (not a tensor op the dispatch mode sees): the storage's
-    ``aten::copy_``, as the H200 ran torch.save's and torch.load's, with host memory pageable."""
-    from syncguard.predict.engine import decide
-    from syncguard.predict.facts import copy_facts
-
+    ``aten::copy_``, as torch.save's and torch.load's run on a GPU, with host memory pageable."""
     decide("aten::copy_", copy_facts(src_cuda, dst_cuda, None, non_blocking))
 
 
@@ -239,12 +233,11 @@ def moving(to, inside):
     a one-GPU machine raises), copies the storage, and gives a new storage, on the CPU here,
     tagged with the index as ``restoring`` tags one, so ``torch.load`` rebuilds its tensors as
     stand-ins. The copy of an untagged storage is an upload from pageable host memory (the
-    storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``: measured so in the library
-    corpus's ``torch_load_storage_cuda`` snippet); a tagged one is copied on the device. torch
+    storage's ``aten::copy_``, h2d, blocking unless ``non_blocking``, as the library corpus's
+    ``torch_load_storage_cuda`` snippet runs on a GPU); a tagged one is copied on the device. torch
     returns the storage itself only when ``device`` equals its device, index included:
     ``.cuda(0)`` asks for ``cuda`` without an index (torch's ``cuda()`` drops a 0), so it copies
-    (the H200 runs of ``tools/probe_device_apis.py``: "storage.cuda().cuda(0) is itself ->
-    False"). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it still
+    (``tools/probe_device_apis.py`` checks ``storage.cuda().cuda(0)`` on a GPU). Only ``torch.load``'s rebuild reads the tag: a storage moved outside it still
     reports the CPU as its device. Every other call is torch's own."""
 
     @functools.wraps(to)
@@ -264,6 +257,35 @@ def moving(to, inside):
     return wrapper
 
 
+def dispatch_unobserved(func, args, kwargs):
+    """A stand-in used where no dispatch mode is active: compute it, keep it labelled, and
+    tell every open predictor it ran unseen."""
+    for p in everyone():
+        p.cannot(op_name(func), f"{op_name(func)} ran on a CUDA tensor outside the predicting "
+                                "thread or block; its syncs are not predicted")
+    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+    return _rewrap(out, args, kwargs, True, 0)
+
+
+def _rewrap(out, args, kwargs, cuda: bool, index: int):
+    """Outputs that are an input's data come back as that input (in-place ops return self);
+    new tensors of a CUDA call become stand-ins."""
+    by_id = {}
+    for a in list(args) + list(kwargs.values()):
+        for x in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(x, torch.Tensor):
+                by_id[id(unwrap(x))] = x
+
+    def back(o):
+        if not isinstance(o, torch.Tensor):
+            return o
+        if id(o) in by_id:
+            return by_id[id(o)]
+        return wrap(o, index) if cuda else o
+
+    return tree_map(back, out)
+
+
 def is_standin(x) -> bool:
     return isinstance(x, CudaStandIn)
 
@@ -277,23 +299,6 @@ def wrap(t, index: int = 0):
 
 def unwrap(x):
     return x._sg_elem if isinstance(x, CudaStandIn) else x
-
-
-# ---------------------------------------------------------------------------------------------
-# Host memory that would be pinned
-
-_pinned: dict[int, weakref.ref] = {}  # id -> weak reference (tensors compare elementwise)
-
-
-def mark_pinned(t: torch.Tensor) -> torch.Tensor:
-    key = id(t)
-    _pinned[key] = weakref.ref(t, lambda _r, key=key: _pinned.pop(key, None))
-    return t
-
-
-def is_marked_pinned(t: torch.Tensor) -> bool:
-    ref = _pinned.get(id(t))
-    return ref is not None and ref() is t
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,11 +27,12 @@ from syncguard import detectors as registry
 from syncguard.detectors import routing
 from syncguard.attribution.frames import is_tracing
 from syncguard.attribution.codescope import split_names
-from syncguard.detectors import AUTO, DetectorUnavailable
+from syncguard.detectors import AUTO
+from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.torch_hooks import allow_entered, allow_exited
 from syncguard.records.events import ALL_DETECTORS, DETECTORS, SYNC_KINDS, Report, SyncError, SyncEvent
 from syncguard.detectors.routing import allows as _allows, deliver as _deliver, ids as _ids, regions as _regions  # noqa: F401
-from syncguard.detectors.hooks import MARKER, SYNC_APIS
+from syncguard.detectors.profiler import MARKER, SYNC_APIS
 from syncguard.detectors.cuda.calls import DRIVER_APIS, RUNTIME_APIS
 from syncguard.attribution.phases import RUN, fails, not_failing_reason, parse_phases
 

@@ -54,7 +54,7 @@ from syncguard.detectors import routing
 from syncguard.attribution.frames import user_site
 from syncguard.records.events import (_SYNC_FIELDS, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, PAGEABLE_COPY,
                       STREAM_SYNC, SyncEvent)
-from syncguard.detectors import DetectorUnavailable
+from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.cuda import cupti as C
 from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
                         CudaCall, callback_table, canonical)

@@ -1,16 +1,8 @@
-"""The predictor: two torch modes that let CUDA code run on the CPU and ask the rules table,
-for every op that touches a CUDA stand-in, whether a GPU would have made the host wait.
+"""The predictor of one ``predicting()`` block, and the stack of active predictors per thread.
 
-Why two modes:
-
-* a ``TorchFunctionMode`` sees calls as the user wrote them, before the Python bindings check
-  devices. It rewrites ``device="cuda"`` / ``pin_memory=True`` to what a CPU build accepts, and
-  implements the host<->device moves (``.to``, ``.cuda``, ``.cpu``, ``.tolist``,
-  ``pin_memory``): on a stand-in whose C++ device is the CPU, C++ would treat ``.cpu()`` as a
-  no-op and never dispatch it;
-* a ``TorchDispatchMode`` sees every aten op (also those torch's own Python code issues while
-  the function mode is paused), unwraps stand-ins, runs the CPU kernel and wraps outputs again.
-  Rules are keyed by these aten ops, the names the profile detector records on the GPU.
+A :class:`Predictor` asks the rules table about each op a stand-in took part in and keeps what
+it predicted (events), what it could not (unmodelled) and every call it saw (observations, from
+which rules are derived). ``decide``/``cannot`` reach the calling thread's innermost block.
 """
 from __future__ import annotations
 
@@ -21,15 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
-from syncguard.records.events import SyncEvent
-from syncguard.predict.facts import op_name
 from syncguard.predict.rules import RuleTable, Verdict
 from syncguard.predict.site import user_site
-from syncguard.predict.tensors import is_standin, unwrap, wrap
+from syncguard.records.events import SyncEvent
 
-__all__ = ["Predictor", "Unmodelled", "Observation", "dispatch_unobserved", "active"]
+__all__ = ["Predictor", "Unmodelled", "Observation", "active", "decide", "cannot", "push", "pop",
+           "everyone"]
 
 DETECTOR = "predict"
 
@@ -160,6 +150,12 @@ def cannot(what: str, why: str) -> None:
         p.cannot(what, why)
 
 
+def everyone() -> list[Predictor]:
+    """Every open predictor, on every thread."""
+    with _lock:
+        return [p for stack in _active.values() for p in stack]
+
+
 def push(p: Predictor) -> None:
     with _lock:
         _active.setdefault(p.thread, []).append(p)
@@ -172,83 +168,3 @@ def pop(p: Predictor) -> None:
             stack.remove(p)
         if not stack:
             _active.pop(p.thread, None)
-
-
-def dispatch_unobserved(func, args, kwargs):
-    """A stand-in used where no dispatch mode is active: compute it, keep it labelled, and
-    tell every open predictor it ran unseen."""
-    with _lock:
-        everyone = [p for stack in _active.values() for p in stack]
-    for p in everyone:
-        p.cannot(op_name(func), f"{op_name(func)} ran on a CUDA tensor outside the predicting "
-                                "thread or block; its syncs are not predicted")
-    out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
-    return _rewrap(out, args, kwargs, True, 0)
-
-
-# ---------------------------------------------------------------------------------------------
-# Shared helpers of both modes
-
-#: how many CUDA devices the prediction models (torch.cuda.device_count() inside a block)
-DEVICE_COUNT = 1
-
-
-def invalid_ordinal(index: int) -> RuntimeError:
-    """What torch raises on a machine with DEVICE_COUNT GPUs when ``cuda:<index>`` is used (a
-    one-GPU H200 with torch 2.11 raised ``torch.AcceleratorError``, "CUDA error: invalid device
-    ordinal", then "GPU device may be out of range, do you have enough GPUs?"), in one line."""
-    error = getattr(torch, "AcceleratorError", RuntimeError)
-    return error(f"CUDA error: invalid device ordinal: GPU device may be out of range, do you "
-                 f"have enough GPUs? (cuda:{index}; the prediction is for {DEVICE_COUNT} CUDA "
-                 f"device, torch.cuda.device_count() == {DEVICE_COUNT})")
-
-
-def check_ordinal(index: int | None) -> int | None:
-    """``index`` when it names a device the prediction has (None and negatives pass: torch
-    treats them as "no device" or rejects them itself); else raise as torch does on a GPU."""
-    if index is not None and index >= DEVICE_COUNT:
-        raise invalid_ordinal(index)
-    return index
-
-
-def cuda_index(device) -> int | None:
-    """The CUDA index ``device`` names, or None when it is not a CUDA device."""
-    if device is None:
-        return None
-    if isinstance(device, int) and not isinstance(device, bool):
-        return device
-    try:
-        d = torch.device(device)
-    except (TypeError, RuntimeError):
-        return None
-    return (d.index or 0) if d.type == "cuda" else None
-
-
-def _first_index(args, kwargs) -> int:
-    for a in list(args) + list(kwargs.values()):
-        if is_standin(a):
-            return a._sg_index
-        if isinstance(a, (list, tuple)):
-            for x in a:
-                if is_standin(x):
-                    return x._sg_index
-    return 0
-
-
-def _rewrap(out, args, kwargs, cuda: bool, index: int):
-    """Outputs that are an input's data come back as that input (in-place ops return self);
-    new tensors of a CUDA call become stand-ins."""
-    by_id = {}
-    for a in list(args) + list(kwargs.values()):
-        for x in (a if isinstance(a, (list, tuple)) else (a,)):
-            if isinstance(x, torch.Tensor):
-                by_id[id(unwrap(x))] = x
-
-    def back(o):
-        if not isinstance(o, torch.Tensor):
-            return o
-        if id(o) in by_id:
-            return by_id[id(o)]
-        return wrap(o, index) if cuda else o
-
-    return tree_map(back, out)
