@@ -20,7 +20,6 @@ from syncguard import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = sorted(ROOT.glob("reports/atlas-runs/*.json"))
-sys.path.insert(0, str(ROOT / "tools"))
 import corpus_report as cr  # noqa: E402
 
 

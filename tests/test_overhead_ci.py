@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
 import overhead_ci as oc  # noqa: E402
 
 COMMITTED = sorted(ROOT.glob("reports/gpu/*/overhead-*.json"))

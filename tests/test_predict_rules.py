@@ -17,7 +17,6 @@ from syncguard.predict.predictor import Observation
 from syncguard.predict.rules import load_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 RUNS = load_runs(ROOT)
 
