@@ -5,7 +5,6 @@ and the cases corpus. Expected values come from the committed runs, never from t
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 
 import pytest
