@@ -125,17 +125,42 @@ class _Builder:
             detectors=tuple(self.detectors), reason=e.reason, note=e.note)
 
 
-def split(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
-          ) -> tuple[list[tuple[SyncEvent, Attribution]], list[tuple[SyncEvent, Attribution]]]:
-    """(inside the scope, outside it), each event with its attribution, in first-seen order."""
-    inside, outside = [], []
-    cache: dict[tuple, Attribution] = {}
-    for e in events:
-        key = (e.filename, e.lineno, e.stack)
-        how = cache.get(key)
+class ScopeJudge:
+    """The code scope's decision for each sync event, made once and kept.
+
+    One test's events are read by several views (the failure table, the judging of the test,
+    the hypothesis examples, the session report's records); each asks this judge, so an event's
+    frames are attributed once per test however many views read it. Events with the same frames
+    share one decision (a line that syncs in a loop is judged once)."""
+
+    __slots__ = ("scope", "_made")
+
+    def __init__(self, scope: CodeScope = EVERYWHERE):
+        self.scope = scope
+        self._made: dict[tuple, Attribution] = {}
+
+    def __call__(self, e: SyncEvent) -> Attribution:
+        key = (e.filename, e.lineno, e.function, e.stack)
+        how = self._made.get(key)
         if how is None:
-            how = cache[key] = attribute(frames_of(e.filename, e.lineno, e.function, e.stack),
-                                         scope)
+            how = self._made[key] = attribute(frames_of(e.filename, e.lineno, e.function,
+                                                        e.stack), self.scope)
+        return how
+
+
+def judge_for(scope: "CodeScope | ScopeJudge") -> ScopeJudge:
+    """``scope``'s judge: the one given, or a new one for a bare scope."""
+    return scope if isinstance(scope, ScopeJudge) else ScopeJudge(scope)
+
+
+def split(events: Iterable[SyncEvent], scope: "CodeScope | ScopeJudge" = EVERYWHERE
+          ) -> tuple[list[tuple[SyncEvent, Attribution]], list[tuple[SyncEvent, Attribution]]]:
+    """(inside the scope, outside it), each event with its attribution, in first-seen order.
+    Pass the test's :class:`ScopeJudge` to reuse the decisions already made for its events."""
+    judge = judge_for(scope)
+    inside, outside = [], []
+    for e in events:
+        how = judge(e)
         (inside if how.in_scope else outside).append((e, how))
     return inside, outside
 
@@ -155,7 +180,7 @@ def records(attributed: Iterable[tuple[SyncEvent, Attribution]]) -> list[SiteRec
     return [b.record() for b in builders.values()]
 
 
-def aggregate(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
+def aggregate(events: Iterable[SyncEvent], scope: "CodeScope | ScopeJudge" = EVERYWHERE
               ) -> tuple[list[SiteRecord], list[SiteRecord]]:
     """Records of the syncs inside ``scope`` and of those outside it."""
     inside, outside = split(events, scope)

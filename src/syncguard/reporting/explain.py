@@ -11,7 +11,7 @@ from typing import Iterable
 
 from syncguard.records import alternatives
 from syncguard.detectors.predicted import label as _predicted
-from syncguard.attribution.aggregate import SiteRecord, aggregate, total
+from syncguard.attribution.aggregate import ScopeJudge, SiteRecord, aggregate, total
 from syncguard.attribution.codescope import EVERYWHERE, CodeScope
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
@@ -96,8 +96,9 @@ def _short(path: str | None, lineno: int | None) -> str:
 
 
 def failure_table(report: RegionReport, title: str | None = None, width: int = 110,
-                  max_rows: int = 20, scope: CodeScope = EVERYWHERE) -> str:
-    """The failure table: one row per call site, a numbered hint under it, then races and notes."""
+                  max_rows: int = 20, scope: CodeScope | ScopeJudge = EVERYWHERE) -> str:
+    """The failure table: one row per call site, a numbered hint under it, then races and notes.
+    ``scope``: the test's :class:`ScopeJudge` where it has one, whose decisions are reused."""
     from rich import box
     from rich.console import Console
     from rich.table import Table

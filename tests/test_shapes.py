@@ -1,0 +1,161 @@
+"""How a sync travels through syncguard's layers: each step keeps its typed shape.
+
+CPU only: every inner test run here uses the FAKE detector (``syncguard.testing.fake_sync()``),
+which proves plumbing (attribution, judging, the session report), never GPU behaviour.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import syncguard.attribution.aggregate as aggregate_mod
+import syncguard.pytest_plugin.session  # noqa: F401  (imported once, outside the inner runs)
+import syncguard.reporting.explain  # noqa: F401
+from syncguard.reporting import sessionfile
+from syncguard.reporting.sessionfile import TestEntry
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE = "--syncguard-detectors=fake"
+
+THREE_SITES = """
+    from syncguard.testing import fake_sync  # FAKE detector: plumbing only
+
+    def test_three_sites():
+        fake_sync(op="aten::nonzero")
+        fake_sync(op="aten::item")
+        fake_sync(kind="device_sync", api="cudaDeviceSynchronize")
+
+    def test_sync_then_assert():
+        fake_sync(op="aten::nonzero")
+        fake_sync(op="aten::item")
+        assert False, "the test's own failure"
+
+    def test_clean():
+        pass
+"""
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+
+    def _run(*args, subprocess=False):
+        args = ["-p", "no:cacheprovider", *args]
+        if subprocess:
+            return pytester.runpytest_subprocess(*args, timeout=180)
+        return pytester.runpytest(*args)
+    return _run
+
+
+def test_each_event_is_judged_against_the_code_scope_once(pytester, run, monkeypatch):
+    """A failing test's syncs are read by the judging, the failure table and the session
+    report's records; the scope's decision for each event is made once and carried to all."""
+    calls = []
+    real = aggregate_mod.attribute
+
+    def spy(frames, scope):
+        calls.append(frames[0].lineno if frames else None)
+        return real(frames, scope)
+
+    monkeypatch.setattr(aggregate_mod, "attribute", spy)
+    pytester.makepyfile(test_m=THREE_SITES)
+    res = run("--syncguard", FAKE, "--syncguard-scope=*", "--syncguard-report=r.json")
+    res.assert_outcomes(passed=1, failed=2)
+    out = res.stdout.str()
+    assert "aten::nonzero" in out and "cudaDeviceSynchronize" in out  # the table was drawn
+    lines = [i for i, text in enumerate(pytester.path.joinpath("test_m.py").read_text()
+                                        .splitlines(), 1) if "fake_sync(" in text]
+    assert len(lines) == 5
+    assert sorted(calls) == lines  # five events, one decision each
+    tests = {t.nodeid.split("::")[-1]: t for t in
+             sessionfile.load_document(pytester.path / "r.json")["tests"]}
+    assert [r.lineno for r in tests["test_three_sites"].syncs] == lines[:3]
+    assert [r.lineno for r in tests["test_sync_then_assert"].syncs] == lines[3:]
+
+
+def test_a_new_scope_set_by_the_test_gets_its_own_decisions():
+    """ItemState's judge follows the code scope (``syncguard.set_scope`` replaces it)."""
+    from syncguard.attribution.codescope import EVERYWHERE, CodeScope
+    from syncguard.pytest_plugin.session import ItemState
+
+    state = ItemState(plan=None, codescope=EVERYWHERE)  # type: ignore[arg-type]
+    first = state.judge
+    assert state.judge is first
+    state.codescope = CodeScope(include=("/nowhere",), text="/nowhere")
+    assert state.judge is not first and state.judge.scope is state.codescope
+
+
+def _counting(monkeypatch):
+    """Spy on TestEntry's JSON round trip in this process."""
+    counts = {"to_dict": 0, "from_dict": 0}
+    to_dict, from_dict = TestEntry.to_dict, TestEntry.from_dict.__func__
+
+    def spy_to(self):
+        counts["to_dict"] += 1
+        return to_dict(self)
+
+    def spy_from(cls, data):
+        counts["from_dict"] += 1
+        return from_dict(cls, data)
+
+    monkeypatch.setattr(TestEntry, "to_dict", spy_to)
+    monkeypatch.setattr(TestEntry, "from_dict", classmethod(spy_from))
+    return counts
+
+
+def test_a_serial_run_never_round_trips_a_test_entry(pytester, run, monkeypatch):
+    """In one process the entry the test's teardown builds is the entry the session keeps: no
+    to_dict -> from_dict on the way (to_dict runs only where the report file is written)."""
+    counts = _counting(monkeypatch)
+    pytester.makepyfile(test_m=THREE_SITES)
+    res = run("--syncguard", FAKE, "--syncguard-scope=*", "--syncguard-mode=record")
+    res.assert_outcomes(passed=2, failed=1)
+    assert counts == {"to_dict": 0, "from_dict": 0}  # no report file asked for: no JSON at all
+    res = run("--syncguard", FAKE, "--syncguard-scope=*", "--syncguard-mode=record",
+              "--syncguard-report=r.json")
+    res.assert_outcomes(passed=2, failed=1)
+    assert counts["from_dict"] == 0 and counts["to_dict"] > 0  # the file, and only the file
+    doc = sessionfile.load_document(pytester.path / "r.json")
+    assert sorted(t.audit for t in doc["tests"]) == ["clean", "syncs", "syncs"]
+
+
+SPY_CONFTEST = """
+    import os
+    from syncguard.reporting.sessionfile import TestEntry
+
+    _to, _from = TestEntry.to_dict, TestEntry.from_dict.__func__
+
+    def _log(what):
+        with open(os.path.join(os.path.dirname(__file__), "calls.txt"), "a") as f:
+            f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'controller')} {what}\\n")
+
+    def to_dict(self):
+        _log("to_dict")
+        return _to(self)
+
+    def from_dict(cls, data):
+        _log("from_dict")
+        return _from(cls, data)
+
+    TestEntry.to_dict, TestEntry.from_dict = to_dict, classmethod(from_dict)
+"""
+
+
+def test_an_xdist_run_serializes_each_entry_once_to_cross(pytester, run, monkeypatch):
+    """Under xdist each worker turns each entry into a dict once (it crosses execnet) and the
+    controller reads each back once; the controller's other to_dict calls write the file."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this run's own, under -n
+    pytester.makepyfile(test_m=THREE_SITES)
+    pytester.makeconftest(SPY_CONFTEST)
+    res = run("--syncguard", FAKE, "--syncguard-scope=*", "--syncguard-mode=record",
+              "--syncguard-report=r.json", "-n", "2", subprocess=True)
+    res.assert_outcomes(passed=2, failed=1)
+    calls = pytester.path.joinpath("calls.txt").read_text().split("\n")
+    worker_to = [c for c in calls if c.startswith("gw") and c.endswith(" to_dict")]
+    assert len(worker_to) == 3
+    assert [c for c in calls if c.startswith("gw") and c.endswith("from_dict")] == []
+    assert calls.count("controller from_dict") == 3
+
