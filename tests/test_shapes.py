@@ -159,3 +159,42 @@ def test_an_xdist_run_serializes_each_entry_once_to_cross(pytester, run, monkeyp
     assert [c for c in calls if c.startswith("gw") and c.endswith("from_dict")] == []
     assert calls.count("controller from_dict") == 3
 
+
+# -- counts stay counts: a per-site record's count reaches the gate as a number -----------------
+
+def _record(count: int, lineno: int = 7, phases=None):
+    from syncguard.attribution.aggregate import SiteRecord
+
+    return SiteRecord(kind="stream_sync", api="cudaStreamSynchronize", op="aten::item",
+                      filename="/p/model.py", lineno=lineno, function="step", count=count,
+                      phases=phases or {"run": count})
+
+
+def test_a_cell_carries_a_records_count_not_one_phrase_per_sync():
+    from syncguard.reporting import matrix as mx
+
+    run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
+    entry = TestEntry("t::a", "passed", "syncs", syncs=(_record(100_000),))
+    cell = mx.make_cell(entry, run)
+    assert cell.syncs == (mx.Tally("cudaStreamSynchronize via aten::item at model.py:7", 100_000),)
+    assert cell.n_syncs == 100_000 and cell.text == "100000 syncs (stream_sync)"
+    assert cell.sync_sites == {"cudaStreamSynchronize in step (model.py)": 100_000}
+
+
+def test_the_gate_counts_the_same_from_tallies(tmp_path):
+    """Baseline of a cell with 3 syncs at one site; a run with 5 there is a regression, one
+    with 3 is not (the numbers come from the records' counts, never from len() of a list)."""
+    from syncguard.reporting import baseline as bl
+    from syncguard.reporting import matrix as mx
+
+    def matrix_of(n):
+        run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
+        cell = mx.make_cell(TestEntry("t::a", "passed", "syncs", syncs=(_record(n),)), run)
+        return mx.Matrix((run,), ("t::a",), {(run.label, "t::a"): cell})
+
+    base = bl.make(matrix_of(3))
+    assert base["runs"]["torch 2.11.0 · H200"]["t::a"]["syncs"] == 3
+    assert bl.compare(matrix_of(3), base).regressions == ()
+    worse = bl.compare(matrix_of(5), base).regressions
+    assert [(d.before, d.after) for d in worse] == [
+        ("3 syncs (stream_sync)", "5 syncs (cudaStreamSynchronize via aten::item at model.py:7)")]
