@@ -198,3 +198,51 @@ def test_the_gate_counts_the_same_from_tallies(tmp_path):
     worse = bl.compare(matrix_of(5), base).regressions
     assert [(d.before, d.after) for d in worse] == [
         ("3 syncs (stream_sync)", "5 syncs (cudaStreamSynchronize via aten::item at model.py:7)")]
+
+
+# -- frames stay structured: parsed once where text is read, never by the code scope -----------
+
+def test_a_recorded_events_frames_reach_the_code_scope_without_a_parse(monkeypatch):
+    """A recorded event (the JSON a report holds) is parsed once, where it is read; from there
+    the code scope reads its structured frames: no regex runs while it is judged."""
+    import syncguard.records.frame as frame_mod
+    from syncguard.attribution.codescope import CodeScope
+    from syncguard.records.events import SyncEvent
+    from syncguard.records.frame import Frame
+
+    recorded = {"api": "cudaStreamSynchronize", "kind": "stream_sync", "filename": "/lib/x.py",
+                "lineno": 5, "function": "inner",
+                "stack": ["/lib/x.py:5 in inner", "/proj/pkg/m.py:12 in step"]}
+    e = SyncEvent.from_dict(recorded)
+    assert e.stack == (Frame("/lib/x.py", 5, "inner"), Frame("/proj/pkg/m.py", 12, "step"))
+    assert e.to_dict()["stack"] == recorded["stack"]  # written back as it was read
+
+    def no_parse(*_):
+        raise AssertionError("the code scope parsed frame text")
+
+    monkeypatch.setattr(frame_mod, "parse_frame", no_parse)
+    monkeypatch.setattr(frame_mod, "parse_stack", no_parse)
+    monkeypatch.setattr(aggregate_mod, "parse_stack", no_parse)
+    judge = aggregate_mod.ScopeJudge(CodeScope(include=("/proj/pkg",), text="pkg"))
+    how = judge(e)
+    assert how.in_scope and how.counted is e.stack[1]  # the very frame object the event holds
+    (record,), outside = aggregate_mod.aggregate([e], judge)
+    assert outside == [] and record.lineno == 12 and record.stack == e.stack
+
+
+def test_a_detectors_site_holds_frames():
+    from syncguard.attribution.frames import user_site
+    from syncguard.records.frame import Frame
+
+    site = user_site()
+    assert isinstance(site.stack[0], Frame)
+    assert (site.stack[0].filename, site.stack[0].function) == (__file__, site.function)
+
+
+def test_frame_text_that_is_no_frame_round_trips_and_is_skipped():
+    from syncguard.attribution.codescope import frames_of
+    from syncguard.records.events import SyncEvent
+
+    e = SyncEvent.from_dict({"api": "a", "kind": "stream_sync", "stack": ["not a frame"]})
+    assert e.stack == ("not a frame",) and e.to_dict()["stack"] == ["not a frame"]
+    assert frames_of(None, None, None, e.stack) == ()
