@@ -125,7 +125,7 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
             measurements.update(value)
     measurements.update(state.measurements)
     # plain JSON types only: the entry crosses xdist's execnet, which refuses str subclasses
-    # such as torch's TorchVersion (seen on the H200 under -n 2)
+    # such as torch's TorchVersion
     measurements = json.loads(json.dumps({str(k): v for k, v in measurements.items()},
                                          default=str))
     torch = sys.modules.get("torch")
