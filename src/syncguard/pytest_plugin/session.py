@@ -141,6 +141,14 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None)
 
 
+def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
+    """The entry as a test report carries it: a plain dict where the report leaves this process
+    (``crosses``: an xdist worker's reports go to the controller over execnet, an
+    ``--syncguard-isolate`` child's to its parent as JSON), the entry itself where this process
+    reads it back (a serial run, the controller): serialized only to cross."""
+    return entry.to_dict() if crosses else entry
+
+
 def _detector_reason(rep: RegionReport) -> str | None:
     """What ran: the region's reason (``auto`` resolved, a fallback), or the detectors asked for."""
     return rep.detector_reason or (f"{','.join(rep.detectors)} (as asked)" if rep.detectors
@@ -217,6 +225,7 @@ class SyncguardSession:
                           else None) or devices.current_worker_id()
         self.entries: dict[str, TestEntry] = {}
         self.built: dict[str, TestEntry] = {}  # made here, until this process logs its report
+        self.crosses = self.is_worker or bool(self.settings.child)  # reports leave the process
         self.warmed = False
         self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
@@ -303,18 +312,10 @@ class SyncguardSession:
             self.no_cuda_to_isolate = isolate.cuda_unavailable(self.settings.detectors)
         if self.no_cuda_to_isolate:  # nothing can poison a context that does not exist
             return None
-        isolate.run_isolated(item, self.settings, self.plugin_name, lambda code: self.carried(
-            entry_for(item, replace(state, outcome="failed",
-                                    reason=f"isolated subprocess exited with code {code}"),
-                      self.worker_id)))
+        isolate.run_isolated(item, self.settings, self.plugin_name, lambda code: carried(
+            self.crosses, entry_for(item, replace(state, outcome="failed", reason=(
+                f"isolated subprocess exited with code {code}")), self.worker_id)))
         return True
-
-    def carried(self, entry: TestEntry) -> TestEntry | dict:
-        """The entry as a test report carries it: a plain dict where the report leaves this
-        process (an xdist worker's reports go to the controller over execnet, an
-        ``--syncguard-isolate`` child's to its parent as JSON), the entry itself where this
-        process reads it back (a serial run, the controller): serialized only to cross."""
-        return entry.to_dict() if self.is_worker or self.settings.child else entry
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -395,7 +396,7 @@ class SyncguardSession:
         if rep.when == "teardown":
             entry = self.built[item.nodeid] = entry_for(item, state, self.worker_id,
                                                         self.settings.keep_events)
-            rep.syncguard_entry = self.carried(entry)
+            rep.syncguard_entry = carried(self.crosses, entry)
             if state.poisoned and self.is_worker:  # the controller will see this worker go
                 rep.syncguard_poisoned = state.poisoned
         return rep
@@ -404,11 +405,8 @@ class SyncguardSession:
         self.output.reported(report)
         data = getattr(report, "syncguard_entry", None)
         if data is not None:
-            # the entry this process built, else (the xdist controller, an isolate parent)
-            # the one the report brought from another process, read back once here
-            built = self.built.pop(report.nodeid, None)
-            entry = self.entries[report.nodeid] = (
-                built if built is not None else
+            # the entry built here, else one another process sent (read back once, here)
+            entry = self.entries[report.nodeid] = self.built.pop(report.nodeid, None) or (
                 TestEntry.from_dict(data) if isinstance(data, dict) else data)
             if getattr(report, "syncguard_poisoned", None) and entry.worker:
                 self.poison.worker_ended(entry.worker, report.nodeid, report.syncguard_poisoned)
