@@ -64,8 +64,8 @@ def ev_dict(e):
             "start": e.time_range.start, "end": e.time_range.end,
             "parent": p.name if p is not None else None,
             "grandparent": (p.cpu_parent.name if p is not None and p.cpu_parent is not None else None),
-            "stack": list(e.stack[:6]) if getattr(e, "stack", None) else None,
-            "parent_stack": list(p.stack[:6]) if p is not None and getattr(p, "stack", None) else None}
+            "stack": [str(f) for f in e.stack[:6]] if getattr(e, "stack", None) else None,
+            "parent_stack": [str(f) for f in p.stack[:6]] if p is not None and getattr(p, "stack", None) else None}
 
 INTEREST = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaFree",
             "cudaMemcpy", "cudaMemcpyAsync", "Memcpy", "cudaStreamWaitEvent", "cuMem", "syncguard", "cudaMalloc",

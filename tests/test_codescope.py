@@ -125,7 +125,7 @@ def test_records_count_time_and_phases():
     first, second = inside
     assert (first.lineno, first.count, first.blocked_us_total, first.blocked_us_max) == (1, 4, 60.0,
                                                                                        30.0)
-    assert dict(first.phases) == {"run": 4} and first.stack == ("/p/a.py:1 in f",)
+    assert dict(first.phases) == {"run": 4} and first.stack == (Frame("/p/a.py", 1, "f"),)
     assert (second.lineno, second.count, second.blocked_us_max) == (2, 1, 5.0)
     assert SiteRecord.from_dict(json.loads(json.dumps(first.to_dict()))) == first
 

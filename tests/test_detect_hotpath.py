@@ -18,6 +18,7 @@ import pytest
 from syncguard.attribution import frames as attribution
 from syncguard.detectors import routing
 from syncguard.attribution.frames import Site
+from syncguard.records.frame import Frame
 from syncguard.testing import marked_line
 
 
@@ -30,7 +31,7 @@ def _expected_site(frame, depth=attribution.STACK_DEPTH) -> Site:
         f = f.f_back
     top = frames[0]
     return Site(top.f_code.co_filename, top.f_lineno, top.f_code.co_name,
-                tuple(f"{g.f_code.co_filename}:{g.f_lineno} in {g.f_code.co_name}" for g in frames))
+                tuple(Frame(g.f_code.co_filename, g.f_lineno, g.f_code.co_name) for g in frames))
 
 
 def _here():

@@ -85,9 +85,10 @@ def test_matrix_names_the_phase_of_a_sync():
     run = mx.Run("torch 2.11.0 · H200", "r.json", "2.11.0", "cuda", "H200")
     moved = [dataclasses.replace(ev("compile", 7), reason=not_failing_reason("compile"))]
     cell = mx.make_cell(TestEntry("t::a", "passed", "allowed", allowed=tuple(moved)), run)
-    assert cell.allowed == ("cudaStreamSynchronize via aten::nonzero while compile at model.py:7",)
+    assert cell.allowed == (
+        mx.Tally("cudaStreamSynchronize via aten::nonzero while compile at model.py:7", 1),)
     assert mx.make_cell(TestEntry("t::b", "failed", "syncs", syncs=(ev("run", 3),)), run).syncs == (
-        "cudaStreamSynchronize via aten::nonzero at model.py:3",)
+        mx.Tally("cudaStreamSynchronize via aten::nonzero at model.py:3", 1),)
 
 
 def test_matrix_and_gate_count_compile_syncs_apart_from_run_syncs():
@@ -100,7 +101,10 @@ def test_matrix_and_gate_count_compile_syncs_apart_from_run_syncs():
     records = aggregate(events)[0]
     assert len(records) == 1 and dict(records[0].phases) == {"run": 3, "compile": 2}
     cell = mx.make_cell(TestEntry("t::a", "passed", "allowed", allowed=tuple(records)), run)
-    assert sorted(cell.allowed) == sorted(
+    assert cell.allowed == (
+        mx.Tally("cudaStreamSynchronize via aten::nonzero at model.py:7", 3),
+        mx.Tally("cudaStreamSynchronize via aten::nonzero while compile at model.py:7", 2))
+    assert cell.n_allowed == 5 and sorted(mx.phrases(cell.allowed)) == sorted(
         ["cudaStreamSynchronize via aten::nonzero at model.py:7"] * 3
         + ["cudaStreamSynchronize via aten::nonzero while compile at model.py:7"] * 2)
     where = "cudaStreamSynchronize in ? (model.py)"

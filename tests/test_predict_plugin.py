@@ -139,7 +139,7 @@ def test_the_matrix_labels_a_predicted_sync():
     ev = SyncEvent(api="cudaStreamSynchronize", kind="blocking_copy_d2h", filename="m.py",
                    lineno=3, detectors=("predict",))
     cell = mx.make_cell(TestEntry("t::a", "failed", "syncs", syncs=(ev,)), run)
-    assert cell.syncs == ("predicted cudaStreamSynchronize at m.py:3",)
+    assert cell.syncs == (mx.Tally("predicted cudaStreamSynchronize at m.py:3", 1),)
 
 
 def test_isolated_children_predict_too(pytester, run):

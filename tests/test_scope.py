@@ -15,6 +15,7 @@ import pytest
 import syncguard
 from syncguard.detectors import hooks as detect
 from syncguard.attribution.frames import Site
+from syncguard.records.frame import Frame
 from syncguard.records.events import Report, SyncEvent
 from syncguard.regions.region import parse_detectors
 from syncguard.testing import fake_sync, marked_line
@@ -494,7 +495,7 @@ def test_a_thread_started_and_ended_inside_a_region_is_noticed_and_start_is_rest
     dict(api="cudaStreamSynchronize", kind="stream_sync", thread="", host_blocked_us=None,
          detectors=(), phase="run"),
     dict(api="cudaMemcpyAsync", kind="pageable_copy", filename="u.py", lineno=3, function="f",
-         stack=("u.py:3 in f",), thread="MainThread", host_blocked_us=4.5, detectors=("cuda",),
+         stack=(Frame("u.py", 3, "f"),), thread="MainThread", host_blocked_us=4.5, detectors=("cuda",),
          phase="compile", note="n"),
 ])
 def test_an_event_built_at_a_site_is_the_same_event(fields):

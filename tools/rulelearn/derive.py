@@ -108,13 +108,13 @@ def measured_kinds(root: str, torch_version: str, snippet_id: str) -> list[str]:
     return sorted(e["kind"] for e in events)
 
 
-def at_call(filename: str | None, lineno: int | None, stack: Iterable[str], snip: dict) -> bool:
+def at_call(filename: str | None, lineno: int | None, stack: Iterable, snip: dict) -> bool:
     """Whether a call recorded at ``filename:lineno`` (with ``stack`` above it) was made by the
     snippet's own line ``snip['file']:snip['line']``."""
     want = f"{snip['file']}:{snip['line']}"
     if filename and lineno == snip["line"] and filename.endswith(snip["file"]):
         return True
-    return any(entry.split(" in ", 1)[0].endswith(want) for entry in stack)
+    return any(str(entry).split(" in ", 1)[0].endswith(want) for entry in stack)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Per-site records: one per (site, kind, API, op) of a test, instead of one per sync event.
 
 Why: a test that calls ``.item()`` in a loop syncs thousands of times from one line; storing each
-event with its stack made a report of 84 tests weigh 36 MB (issue 15). A :class:`SiteRecord` keeps
+event with its stack made a report of a modest suite weigh megabytes. A :class:`SiteRecord` keeps
 what a reader needs from all of them (how often, how long the host was blocked in total and at
 worst, in which phases) and the first stack, so a report grows with distinct sites, not events.
 
@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 from syncguard.attribution.codescope import EVERYWHERE, Attribution, CodeScope, attribute, frames_of
 from syncguard.records.events import SyncEvent
+from syncguard.records.frame import Frame, frame_text, parse_stack
 from syncguard.records.schema import SchemaError, check_fields
 
 #: frames kept of each record's first stack (the detectors collect this many today)
@@ -39,13 +40,21 @@ class SiteRecord:
     blocked_us_total: float | None = None  # None: no detector measured the wait
     blocked_us_max: float | None = None
     phases: Mapping[str, int] = field(default_factory=dict, hash=False)  # phase -> count
-    stack: tuple[str, ...] = ()  # the first event's stack; () when over the session's cap
-    user_frame: str | None = None  # innermost frame of the user's own code
-    entry_frame: str | None = None  # where the program entered the library that synced
+    stack: tuple[Frame | str, ...] = ()  # the first event's stack; () when over the session's cap
+    user_frame: Frame | str | None = None  # innermost frame of the user's own code
+    entry_frame: Frame | str | None = None  # where the program entered the library that synced
     thread: str = ""  # the first event's thread
     detectors: tuple[str, ...] = ()
     reason: str | None = None  # the allow() reason, for allowed syncs
     note: str | None = None
+
+    def __post_init__(self) -> None:
+        # frames given as text (a report read back, a record built by hand): parsed once, here
+        if any(type(f) is str for f in self.stack):
+            object.__setattr__(self, "stack", parse_stack(self.stack))
+        for key in ("user_frame", "entry_frame"):
+            if type(getattr(self, key)) is str:
+                object.__setattr__(self, key, parse_stack((getattr(self, key),))[0])
 
     @property
     def where(self) -> str:
@@ -66,8 +75,12 @@ class SiteRecord:
         return dataclasses.replace(self, stack=())
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: list(v) if isinstance(v, tuple) else v
-               for k, v in dataclasses.asdict(self).items()}
+        """Lists for tuples; each frame as the text a report holds."""
+        out = {f: getattr(self, f) for f in RECORD_FIELDS}
+        out.update({k: list(v) for k, v in out.items() if isinstance(v, tuple)})
+        out["stack"] = [str(f) for f in self.stack]
+        out["user_frame"], out["entry_frame"] = (frame_text(self.user_frame),
+                                                 frame_text(self.entry_frame))
         out["phases"] = dict(self.phases)
         return out
 
@@ -86,7 +99,7 @@ class SiteRecord:
             raise SchemaError(f"site record: phases add up to {sum(phases.values())}, not its "
                               f"count {data['count']}")
         kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**kwargs)
+        return cls(**kwargs)  # frame text is parsed once, by __post_init__
 
 
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(SiteRecord))
@@ -120,22 +133,46 @@ class _Builder:
             blocked_us_total=None if self.total is None else round(self.total, 3),
             blocked_us_max=None if self.worst is None else round(self.worst, 3),
             phases=self.phases, stack=tuple(e.stack[:STACK_FRAMES]),
-            user_frame=str(how.user) if how.user else None,
-            entry_frame=str(how.entry) if how.entry else None, thread=e.thread,
+            user_frame=how.user, entry_frame=how.entry, thread=e.thread,
             detectors=tuple(self.detectors), reason=e.reason, note=e.note)
 
 
-def split(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
-          ) -> tuple[list[tuple[SyncEvent, Attribution]], list[tuple[SyncEvent, Attribution]]]:
-    """(inside the scope, outside it), each event with its attribution, in first-seen order."""
-    inside, outside = [], []
-    cache: dict[tuple, Attribution] = {}
-    for e in events:
-        key = (e.filename, e.lineno, e.stack)
-        how = cache.get(key)
+class ScopeJudge:
+    """The code scope's decision for each sync event, made once and kept.
+
+    One test's events are read by several views (the failure table, the judging of the test,
+    the hypothesis examples, the session report's records); each asks this judge, so an event's
+    frames are attributed once per test however many views read it. Events with the same frames
+    share one decision (a line that syncs in a loop is judged once)."""
+
+    __slots__ = ("scope", "_made")
+
+    def __init__(self, scope: CodeScope = EVERYWHERE):
+        self.scope = scope
+        self._made: dict[tuple, Attribution] = {}
+
+    def __call__(self, e: SyncEvent) -> Attribution:
+        key = (e.filename, e.lineno, e.function, e.stack)
+        how = self._made.get(key)
         if how is None:
-            how = cache[key] = attribute(frames_of(e.filename, e.lineno, e.function, e.stack),
-                                         scope)
+            how = self._made[key] = attribute(frames_of(e.filename, e.lineno, e.function,
+                                                        e.stack), self.scope)
+        return how
+
+
+def judge_for(scope: "CodeScope | ScopeJudge") -> ScopeJudge:
+    """``scope``'s judge: the one given, or a new one for a bare scope."""
+    return scope if isinstance(scope, ScopeJudge) else ScopeJudge(scope)
+
+
+def split(events: Iterable[SyncEvent], scope: "CodeScope | ScopeJudge" = EVERYWHERE
+          ) -> tuple[list[tuple[SyncEvent, Attribution]], list[tuple[SyncEvent, Attribution]]]:
+    """(inside the scope, outside it), each event with its attribution, in first-seen order.
+    Pass the test's :class:`ScopeJudge` to reuse the decisions already made for its events."""
+    judge = judge_for(scope)
+    inside, outside = [], []
+    for e in events:
+        how = judge(e)
         (inside if how.in_scope else outside).append((e, how))
     return inside, outside
 
@@ -155,7 +192,7 @@ def records(attributed: Iterable[tuple[SyncEvent, Attribution]]) -> list[SiteRec
     return [b.record() for b in builders.values()]
 
 
-def aggregate(events: Iterable[SyncEvent], scope: CodeScope = EVERYWHERE
+def aggregate(events: Iterable[SyncEvent], scope: "CodeScope | ScopeJudge" = EVERYWHERE
               ) -> tuple[list[SiteRecord], list[SiteRecord]]:
     """Records of the syncs inside ``scope`` and of those outside it."""
     inside, outside = split(events, scope)

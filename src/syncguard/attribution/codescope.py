@@ -34,36 +34,23 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from syncguard.records.frame import Frame, parse_frame  # noqa: F401  (Frame: importable here)
+
 EVERYTHING = "*"
 LIBRARY_DIRS = ("site-packages", "dist-packages")
 #: folder names never taken for the project's package by the default scope
 NOT_THE_PACKAGE = ("tests", "test", "testing", "docs", "doc", "examples", "benchmarks", "build",
                    "dist")
 CONFTEST = "conftest.py"
-_FRAME = re.compile(r"^(?P<file>.*):(?P<line>\d+) in (?P<func>.*)$")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-@dataclass(frozen=True)
-class Frame:
-    filename: str
-    lineno: int
-    function: str = "?"
-
-    def __str__(self) -> str:
-        return f"{self.filename}:{self.lineno} in {self.function}"
-
-
-def parse_frame(text: str) -> Frame | None:
-    """``"file:line in func"`` (the form of ``SyncEvent.stack``) -> Frame; None if malformed."""
-    m = _FRAME.match(text)
-    return Frame(m["file"], int(m["line"]), m["func"]) if m else None
-
-
 def frames_of(filename: str | None, lineno: int | None, function: str | None,
-              stack: Iterable[str]) -> tuple[Frame, ...]:
-    """An event's frames, innermost first: its stack, or its one attributed frame."""
-    frames = tuple(f for f in map(parse_frame, stack) if f is not None)
+              stack: Iterable[Frame | str]) -> tuple[Frame, ...]:
+    """An event's frames, innermost first: its stack, or its one attributed frame. A stack holds
+    :class:`Frame` records (text was parsed where it was read, see SyncEvent); text left in one
+    is no frame and is skipped, so nothing here parses."""
+    frames = tuple(f for f in stack if isinstance(f, Frame))
     if not frames and filename:
         frames = (Frame(filename, lineno or 0, function or "?"),)
     return frames

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from typing import Iterable
 
+from syncguard.records.frame import Frame
+
 RUN, COMPILE, GRAPH_CAPTURE = "run", "compile", "graph_capture"
 PHASES = (RUN, COMPILE, GRAPH_CAPTURE)
 
@@ -56,10 +58,13 @@ def is_internal(filename: str) -> bool:
 
 @dataclass(frozen=True)
 class Site:
+    """Where a call was made: the user's frame, and the stack above it (innermost first) as
+    structured frames, which the code scope reads without parsing text."""
+
     filename: str | None = None
     lineno: int | None = None
     function: str | None = None
-    stack: tuple[str, ...] = ()
+    stack: tuple[Frame, ...] = ()
 
 
 def user_frame(frame=None):
@@ -88,9 +93,7 @@ def user_site(frame=None, depth: int = STACK_DEPTH) -> Site:
 # the (code, instruction offset) pairs that key it (an offset of a code object always maps to the
 # same line). Keys hold offsets (``f_lasti``), not line numbers: ``f_lineno`` decodes the code
 # object's line table up to the offset on every read, which in a long function costs more than
-# the rest of the callback (measured: ~7 us for a frame at the end of a 2,000-line function on
-# CPython 3.11, 16 us on the H200's host; reports/cpu/callback-paths.md and
-# reports/probes/hotpath-9d91fed/callback-gpuhost.md), while ``f_lasti`` is a field read. Keys use id(code), never the code
+# the rest of the callback, while ``f_lasti`` is a field read. Keys use id(code), never the code
 # object itself: code objects compare equal across files (CPython's code equality ignores
 # co_filename), so the same test function in two files would share an entry, and hashing one
 # hashes its bytecode. Each entry holds its code objects alive, so no other object can take their
@@ -142,7 +145,7 @@ def _cached_site(cache: dict, key, frames) -> Site:
     objects (which keeps every id in the key unique while the entry lives)."""
     code, line = frames[0]
     site = Site(code.co_filename, line, code.co_name,
-                tuple(f"{c.co_filename}:{n} in {c.co_name}" for c, n in frames))
+                tuple(Frame(c.co_filename, n, c.co_name) for c, n in frames))
     if len(cache) >= _CACHE_MAX:
         cache.clear()
     cache[key] = (site, tuple(c for c, _ in frames))
@@ -173,7 +176,7 @@ def site_from_profiler_stack(entries: Iterable[str]) -> Site:
     if not frames:
         return Site()
     f, line, func = frames[0]
-    return Site(f, line, func, tuple(f"{a}:{b} in {c}" for a, b, c in frames[:8]))
+    return Site(f, line, func, tuple(Frame(a, b, c) for a, b, c in frames[:8]))
 
 
 def is_profiler_frame(name: str) -> bool:
@@ -259,7 +262,7 @@ def is_tracing() -> bool:
     fn = _is_compiling
     if fn is None:
         # sys.modules, not getattr(torch, ...): torch imports submodules lazily, and an attribute
-        # lookup would import one on every call (measured: ~100 us); not imported = not compiling
+        # lookup would import one on every call; not imported = not compiling
         comp = sys.modules.get("torch.compiler")
         fn = getattr(comp, "is_compiling", None)
         if fn is None:

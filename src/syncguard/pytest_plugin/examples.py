@@ -13,7 +13,7 @@ import functools
 
 import pytest
 
-from syncguard.attribution.aggregate import split
+from syncguard.attribution.aggregate import ScopeJudge, split
 from syncguard.attribution.codescope import EVERYWHERE, CodeScope
 from syncguard.records.events import RegionReport, SyncError, SyncEvent
 from syncguard.reporting.explain import group_by_site
@@ -22,7 +22,7 @@ from syncguard.regions.region import audit
 
 
 def wrap_examples(item: pytest.Item, plan: Plan, stack: contextlib.ExitStack,
-                  codescope: CodeScope = EVERYWHERE, audits: bool = True
+                  codescope: CodeScope | ScopeJudge = EVERYWHERE, audits: bool = True
                   ) -> list[RegionReport] | None:
     """Audit each example of a hypothesis test (undone by ``stack``); None for other tests.
     ``audits``: the test's region could audit (CUDA, or a detector that needs none); only then

@@ -24,7 +24,7 @@ from syncguard.pytest_plugin import devices
 from syncguard.pytest_plugin import isolate
 from syncguard.pytest_plugin import options
 from syncguard.pytest_plugin import warmup
-from syncguard.attribution.aggregate import aggregate, split
+from syncguard.attribution.aggregate import ScopeJudge, aggregate, judge_for, split
 from syncguard.attribution.codescope import CodeScope
 from syncguard.records.events import RegionReport, format_report
 from syncguard.pytest_plugin.examples import final_report, wrap_examples
@@ -56,6 +56,16 @@ class ItemState:
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
     codescope: CodeScope = codescope.EVERYWHERE  # whose syncs count (set at collection)
+    _judge: ScopeJudge | None = field(default=None, init=False, repr=False)
+
+    @property
+    def judge(self) -> ScopeJudge:
+        """The code scope's decision for each of the test's events, made once and read by every
+        view of them (judging, failure table, examples, the session report's records); a new
+        one if the test set another scope (``syncguard.set_scope``)."""
+        if self._judge is None or self._judge.scope is not self.codescope:
+            self._judge = ScopeJudge(self.codescope)
+        return self._judge
 
     def observe(self, rep: pytest.TestReport) -> None:
         """Fold one phase's report into the test's outcome (the worst phase wins)."""
@@ -92,8 +102,8 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
     """The session report's record of one test, built where the test ran: one record per site
     (aggregate.py), split by the test's code scope."""
     rep, plan, reason = state.report, state.plan, state.reason
-    syncs, out_syncs = aggregate(rep.syncs, state.codescope) if rep else ([], [])
-    allowed, out_allowed = aggregate(rep.allowed, state.codescope) if rep else ([], [])
+    syncs, out_syncs = aggregate(rep.syncs, state.judge) if rep else ([], [])
+    allowed, out_allowed = aggregate(rep.allowed, state.judge) if rep else ([], [])
     if not plan.audited:
         audit_state, reason = "off", plan.reason
     elif rep is None:
@@ -115,7 +125,7 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
             measurements.update(value)
     measurements.update(state.measurements)
     # plain JSON types only: the entry crosses xdist's execnet, which refuses str subclasses
-    # such as torch's TorchVersion (seen on the H200 under -n 2)
+    # such as torch's TorchVersion
     measurements = json.loads(json.dumps({str(k): v for k, v in measurements.items()},
                                          default=str))
     torch = sys.modules.get("torch")
@@ -131,18 +141,28 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None)
 
 
+def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
+    """The entry as a test report carries it: a plain dict where the report leaves this process
+    (``crosses``: an xdist worker's reports go to the controller over execnet, an
+    ``--syncguard-isolate`` child's to its parent as JSON), the entry itself where this process
+    reads it back (a serial run, the controller): serialized only to cross."""
+    return entry.to_dict() if crosses else entry
+
+
 def _detector_reason(rep: RegionReport) -> str | None:
     """What ran: the region's reason (``auto`` resolved, a fallback), or the detectors asked for."""
     return rep.detector_reason or (f"{','.join(rep.detectors)} (as asked)" if rep.detectors
                                    else None)
 
 
-def in_scope(rep: RegionReport, scope: CodeScope) -> RegionReport:
+def in_scope(rep: RegionReport, scope: CodeScope | ScopeJudge) -> RegionReport:
     """The report with only the syncs inside the scope (what is judged), saying how many are not."""
-    inside, outside = split(rep.syncs, scope)
+    judge = judge_for(scope)
+    inside, outside = split(rep.syncs, judge)
     if not outside:
         return rep
-    note = f"{len(outside)} more sync(s) outside the code scope ({scope.described}), not counted"
+    note = (f"{len(outside)} more sync(s) outside the code scope ({judge.scope.described}), "
+            "not counted")
     return replace(rep, syncs=[e for e, _ in inside], notes=list(rep.notes) + [note])
 
 
@@ -204,6 +224,8 @@ class SyncguardSession:
         self.worker_id = (config.workerinput.get("workerid") if self.is_worker  # type: ignore
                           else None) or devices.current_worker_id()
         self.entries: dict[str, TestEntry] = {}
+        self.built: dict[str, TestEntry] = {}  # made here, until this process logs its report
+        self.crosses = self.is_worker or bool(self.settings.child)  # reports leave the process
         self.warmed = False
         self.no_cuda_to_isolate: str | None = None  # --syncguard-isolate: why not, once known
         self.poison = PoisonGuard(config, self.is_worker, bool(self.settings.child))
@@ -290,10 +312,9 @@ class SyncguardSession:
             self.no_cuda_to_isolate = isolate.cuda_unavailable(self.settings.detectors)
         if self.no_cuda_to_isolate:  # nothing can poison a context that does not exist
             return None
-        isolate.run_isolated(item, self.settings, self.plugin_name, lambda code: entry_for(
-            item, replace(state, outcome="failed",
-                          reason=f"isolated subprocess exited with code {code}"),
-            self.worker_id).to_dict())
+        isolate.run_isolated(item, self.settings, self.plugin_name, lambda code: carried(
+            self.crosses, entry_for(item, replace(state, outcome="failed", reason=(
+                f"isolated subprocess exited with code {code}")), self.worker_id)))
         return True
 
     @pytest.hookimpl(tryfirst=True)
@@ -323,7 +344,7 @@ class SyncguardSession:
                 stack.enter_context(spec.scope())
             report = stack.enter_context(audit(plan.detectors, races=plan.races,
                                                fail_on_phases=plan.fail_on_phase))
-            examples = wrap_examples(item, plan, stack, state.codescope, report.cuda_available)
+            examples = wrap_examples(item, plan, stack, state.judge, report.cuda_available)
             try:
                 result = yield
             except (KeyboardInterrupt, SystemExit):
@@ -346,12 +367,12 @@ class SyncguardSession:
         if state.poisoned:
             state.failed_by_us = True
             pytest.fail(self.poison.text(state.poisoned), pytrace=False)
-        judged = in_scope(rep, state.codescope)
+        judged = in_scope(rep, state.judge)
         if judge and rep.cuda_available and not judged.clean:
             if plan.mode == "fail":
                 state.failed_by_us = True
                 pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: "
-                                          f"{judged.summary()}", scope=state.codescope),
+                                          f"{judged.summary()}", scope=state.judge),
                             pytrace=False)
             if plan.mode == "warn":
                 first = judged.syncs[0] if judged.syncs else judged.races[0]
@@ -367,14 +388,15 @@ class SyncguardSession:
             return rep
         state.observe(rep)
         if rep.when == "call" and rep.failed and not state.failed_by_us:
-            judged = state.report and in_scope(state.report, state.codescope)
+            judged = state.report and in_scope(state.report, state.judge)
             if judged and not judged.clean:
-                rep.sections.append(("syncguard", failure_table(judged, scope=state.codescope)))
+                rep.sections.append(("syncguard", failure_table(judged, scope=state.judge)))
             if state.poisoned:
                 rep.sections.append(("syncguard", self.poison.text(state.poisoned)))
-        if rep.when == "teardown":  # the entry travels to the xdist controller as a plain dict
-            rep.syncguard_entry = entry_for(item, state, self.worker_id,
-                                            self.settings.keep_events).to_dict()
+        if rep.when == "teardown":
+            entry = self.built[item.nodeid] = entry_for(item, state, self.worker_id,
+                                                        self.settings.keep_events)
+            rep.syncguard_entry = carried(self.crosses, entry)
             if state.poisoned and self.is_worker:  # the controller will see this worker go
                 rep.syncguard_poisoned = state.poisoned
         return rep
@@ -383,7 +405,9 @@ class SyncguardSession:
         self.output.reported(report)
         data = getattr(report, "syncguard_entry", None)
         if data is not None:
-            entry = self.entries[report.nodeid] = TestEntry.from_dict(data)
+            # the entry built here, else one another process sent (read back once, here)
+            entry = self.entries[report.nodeid] = self.built.pop(report.nodeid, None) or (
+                TestEntry.from_dict(data) if isinstance(data, dict) else data)
             if getattr(report, "syncguard_poisoned", None) and entry.worker:
                 self.poison.worker_ended(entry.worker, report.nodeid, report.syncguard_poisoned)
         elif (report.when not in ("setup", "call", "teardown") and report.failed

@@ -10,6 +10,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from syncguard.records.frame import Frame, parse_stack
+
 # (SchemaError and parse_json were defined here: kept importable from here)
 from syncguard.records.schema import (SCHEMA_VERSION, SchemaError, check_fields, check_schema,  # noqa: F401
                      parse_json)
@@ -44,11 +46,15 @@ class _Event:
         return f"{self.filename}:{self.lineno}" if self.filename else "<unknown>"
 
     def to_dict(self) -> dict:
-        """Lists for tuples; a wait that is not a finite number (JSON has no NaN) as None, what
-        a wait no detector measured reads as."""
-        return {k: list(v) if isinstance(v, tuple) else
-                None if isinstance(v, float) and not math.isfinite(v) else v
-                for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+        """Lists for tuples, each stack frame as its text; a wait that is not a finite number
+        (JSON has no NaN) as None, what a wait no detector measured reads as."""
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            out[f.name] = ([str(x) if isinstance(x, Frame) else x for x in v]
+                           if isinstance(v, tuple) else
+                           None if isinstance(v, float) and not math.isfinite(v) else v)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict):
@@ -60,16 +66,16 @@ class _Event:
             raise SchemaError(f"{cls.__name__} has unknown fields {sorted(unknown)}")
         check_fields(cls, data, cls.__name__)
         kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in names}
-        return cls(**kwargs)
+        return cls(**kwargs)  # a stack's text is parsed once, by SyncEvent.__post_init__
 
 
 @dataclass(frozen=True, slots=True)
 class SyncEvent(_Event):
     """One time the host waited for the device, attributed to the user's line.
 
-    Slots, not a ``__dict__``: a region's exit makes one per sync (2.8.0's 100 merges: 100), and
-    the next region's entry frees the last report's; 14 slots are a quarter of the memory a
-    14-key dict per event took, touched with caches cold on both sides."""
+    Slots, not a ``__dict__``: a region's exit makes one per sync, and the next region's entry
+    frees the last report's; slots take a fraction of the memory of a dict per event, touched
+    with caches cold on both sides."""
 
     api: str
     kind: str
@@ -78,13 +84,20 @@ class SyncEvent(_Event):
     filename: str | None = None
     lineno: int | None = None
     function: str | None = None
-    stack: tuple[str, ...] = ()
+    #: innermost first; a detector's frames are structured, text only in an event built by hand
+    stack: tuple[Frame | str, ...] = ()
     thread: str = ""
     host_blocked_us: float | None = None
     detectors: tuple[str, ...] = ()
     reason: str | None = None  # the allow() reason, for allowed syncs
     note: str | None = None
     phase: str = "run"  # "run", or "compile"/"graph_capture" when torch was compiling/capturing
+
+    def __post_init__(self) -> None:
+        # an event built by hand may give its stack as text: parsed once, here (the detectors
+        # build theirs with SyncEvent.at, structured already, which runs no __post_init__)
+        if any(type(f) is str for f in self.stack):
+            object.__setattr__(self, "stack", parse_stack(self.stack))
 
     @classmethod
     def at(cls, site, api: str, kind: str, thread: str, host_blocked_us: float | None,
@@ -93,11 +106,10 @@ class SyncEvent(_Event):
         the same as ``SyncEvent(api=api, kind=kind, filename=site.filename, lineno=site.lineno,
         function=site.function, stack=site.stack, thread=..., ...)``, built without ``__init__``,
         which sets each of the 14 fields of a frozen dataclass with ``object.__setattr__``, and
-        without keyword arguments. A region's exit makes one per sync: 2.7 -> 2.3 us per sync
-        event on the CPU with keywords (reports/cpu/callback-events.md), a keyword call and
-        its check ~0.8 us of that. Nothing here runs ``__post_init__``: SyncEvent has none.
-        Each slot is set through its member descriptor (the class's own, so a frozen class's
-        ``__setattr__`` is not in the way)."""
+        without keyword arguments: a region's exit makes one per sync. Nothing here runs
+        ``__post_init__``: ``site.stack`` is structured already. Each slot is set through its
+        member descriptor (the class's own, so a frozen class's ``__setattr__`` is not in the
+        way)."""
         ev = _new(cls)
         for setter, value in zip(_SETTERS, (
                 api, kind, None, (), site.filename, site.lineno, site.function, site.stack, thread,

@@ -26,17 +26,15 @@ class SchemaError(ValueError):
 #: more). A document claiming more is refused in one line (sessionfile.load_document,
 #: baseline.check).
 #:
-#: Why a maximum: a count is work for every tool that reads it. The matrix keeps one phrase per
-#: sync (the gate counts syncs, ``--format json`` lists each one), so a report claiming about
-#: 10**9 syncs at one site, accepted because a count only had to fit an int64, exhausted memory
-#: instead of being an error. At this maximum, measured: a table in 0.2 GB, ``--format json``
-#: in 2 GB writing 0.5 GB.
+#: Why a maximum: a count is work for every tool that reads it. ``--format json`` lists one
+#: phrase per sync, so a report claiming an absurd count at one site, accepted because a count
+#: only had to fit an int64, would exhaust memory instead of being an error.
 #:
 #: Why ten million: no run syncguard records comes near it. Each sync is a host<->device
 #: round trip, and recording one costs the audited process more (its detector callback, its
-#: stack walk and its aggregation: 13 µs a sync with the cheapest detector, ``fake``, measured),
-#: so ten million is minutes of a session doing nothing but sync; the largest report committed
-#: here holds 1,159 syncs in all. A report claiming more is damaged, or not syncguard's.
+#: stack walk and its aggregation, even with the cheapest detector), so ten million is minutes
+#: of a session doing nothing but sync, far beyond any report committed here. A report claiming
+#: more is damaged, or not syncguard's.
 MAX_SYNCS = 10_000_000
 
 
@@ -138,6 +136,9 @@ VALUE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tuple[str, ...] | None": (_or_null(_each(_str)), "a list of strings or null"),
     "list[str]": (_each(_str), "a list of strings"),
     "tuple[int, ...]": (_each(_whole), "a list of integers"),
+    # frames: text in a file ("file:line in function"), records.frame.Frame once read
+    "tuple[Frame | str, ...]": (_each(_str), "a list of strings"),
+    "Frame | str | None": (_or_null(_str), "a string or null"),
     "Mapping[str, int]": (lambda v: _dict(v) and all(_whole(n, low=0) for n in v.values()),
                           "an object of counts"),
     "Mapping[str, Any]": (lambda v: _dict(v) and _json_numbers_finite(v),

@@ -38,7 +38,7 @@ from syncguard.attribution.phases import RUN, fails, not_failing_reason, parse_p
 
 KNOWN_DETECTORS = ALL_DETECTORS + ("fake", "predict")
 #: every API name an event can carry: what allow(api=...) and the allow_sync marker accept (a
-#: misspelt name had been taken, and the allow then matched nothing)
+#: misspelt name taken silently would make an allow that matches nothing)
 KNOWN_APIS = tuple(dict.fromkeys((*SYNC_APIS, *RUNTIME_APIS, *DRIVER_APIS)))
 _NAME = operator.attrgetter("name")
 
@@ -212,8 +212,8 @@ class Region:
         if is_tracing():
             self._traced = True  # inside a compiled graph: no syncs to see, nothing to arm
             return self.report
-        # CUDA set up already, the usual case: nothing more to ask (is_available() cost ~15 us
-        # per region on the H200's host)
+        # CUDA set up already, the usual case: nothing more to ask (is_available() is not free,
+        # and a region is opened per test or per example)
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_initialized():
             reason = self._cuda_unavailable()
@@ -290,7 +290,7 @@ class Region:
         if not interrupted:
             self._finalize()
         else:  # KeyboardInterrupt, SystemExit, GeneratorExit: what was seen is still reported
-            # (it had been dropped, and the region read "clean"); nothing may replace the exit
+            # (dropping it would read "clean"); nothing may replace the exit
             try:
                 self._finalize()
             except Exception as e:
@@ -338,7 +338,7 @@ class Region:
         used: dict[int, int] = {}
         syncs = self.report.syncs
         for ev, allows, _ in events:
-            if not allows and ev.phase == RUN:  # the common case (2.8.0's 100 merges: 100 syncs)
+            if not allows and ev.phase == RUN:  # the common case: a plain sync, no allow()
                 syncs.append(ev)
                 continue
             chosen = exhausted = None

@@ -98,8 +98,8 @@ def gate_state(cell: Cell) -> str:
 
 def entry(cell: Cell) -> dict[str, Any]:
     out: dict[str, Any] = {"state": gate_state(cell), "audited": cell.audited,
-                           "syncs": len(cell.syncs), "kinds": list(cell.kinds),
-                           "allowed": len(cell.allowed), "allowed_kinds": list(cell.allowed_kinds),
+                           "syncs": cell.n_syncs, "kinds": list(cell.kinds),
+                           "allowed": cell.n_allowed, "allowed_kinds": list(cell.allowed_kinds),
                            "budget": dict(sorted(cell.sites.items())),
                            "sync_sites": dict(sorted(cell.sync_sites.items()))}
     if cell.detectors is not None:
@@ -271,10 +271,10 @@ def _judge_case(cell: Cell, b: dict[str, Any]) -> tuple[list[str], list[str]]:
         worse.append(f"was audited, now {cell.state.replace('_', ' ')}")
     if b["state"] in UNJUDGED and cell.syncs:
         worse.append(f"not judged in the baseline ({b['state'].replace('_', ' ')}), now "
-                     f"{len(cell.syncs)} unallowed sync(s)")
+                     f"{cell.n_syncs} unallowed sync(s)")
     if cell.state in UNJUDGED or b["state"] in UNJUDGED:
         return worse, better
-    n = len(cell.syncs)
+    n = cell.n_syncs
     if n != b["syncs"]:
         (worse if n > b["syncs"] else better).append(f"syncs {b['syncs']} -> {n}")
     for more, fewer in (_kinds(set(cell.kinds), set(b["kinds"])),
@@ -408,7 +408,7 @@ def compare(matrix: Matrix, baseline: dict[str, Any]) -> Comparison:
             if b is None:
                 if cell.syncs:  # a site the baseline never saw has a budget of 0
                     reg.append(Delta(run.label, nodeid, "not in baseline", cell.detail,
-                                     f"a new case with {len(cell.syncs)} unallowed sync(s)"))
+                                     f"a new case with {cell.n_syncs} unallowed sync(s)"))
                 elif cell.state != "missing":
                     new_cases.append(Delta(run.label, nodeid, "not in baseline", cell.text))
                 continue

@@ -11,8 +11,9 @@ from typing import Iterable
 
 from syncguard.records import alternatives
 from syncguard.detectors.predicted import label as _predicted
-from syncguard.attribution.aggregate import SiteRecord, aggregate, total
+from syncguard.attribution.aggregate import ScopeJudge, SiteRecord, aggregate, total
 from syncguard.attribution.codescope import EVERYWHERE, CodeScope
+from syncguard.records.frame import Frame
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
 from syncguard.reporting.sessionfile import TestEntry, session_detectors
@@ -96,8 +97,9 @@ def _short(path: str | None, lineno: int | None) -> str:
 
 
 def failure_table(report: RegionReport, title: str | None = None, width: int = 110,
-                  max_rows: int = 20, scope: CodeScope = EVERYWHERE) -> str:
-    """The failure table: one row per call site, a numbered hint under it, then races and notes."""
+                  max_rows: int = 20, scope: CodeScope | ScopeJudge = EVERYWHERE) -> str:
+    """The failure table: one row per call site, a numbered hint under it, then races and notes.
+    ``scope``: the test's :class:`ScopeJudge` where it has one, whose decisions are reused."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -152,23 +154,31 @@ def _blocked(r: SiteRecord) -> str:
     return f"max {r.blocked_us_max:.0f} us\ntotal {r.blocked_us_total:.0f} us"
 
 
-def _frame(text: str) -> str:
-    """``/abs/path/file.py:12 in f`` shortened like the sites are."""
-    path, _, rest = text.rpartition(":")
+def _frame(frame: Frame | str) -> str:
+    """``/abs/path/file.py:12 in f`` shortened like the sites are; a frame given as text (an
+    event built by hand) is split where it is shown."""
+    if isinstance(frame, Frame):
+        return f"{_short(frame.filename, frame.lineno)} in {frame.function}"
+    path, _, rest = frame.rpartition(":")
     line, _, func = rest.partition(" in ")
     return f"{_short(path, int(line) if line.isdigit() else None)} in {func}"
+
+
+def _is_at(frame: Frame | str, filename: str | None, lineno: int | None) -> bool:
+    if isinstance(frame, Frame):
+        return frame.at(filename, lineno)
+    return frame.startswith(f"{filename}:{lineno} ")
 
 
 def _library_frames(r: SiteRecord) -> list[tuple[str, str]]:
     """For a sync that counts at another frame than the one that synced (inside a library): the
     syncing frame, where the program entered the library, and the user's frame, each unless it
     is the site itself."""
-    site = f"{r.filename}:{r.lineno} "
     inner = r.stack[0] if r.stack else None
-    out = [("synced at", inner)] if inner and not inner.startswith(site) else []
+    out = [("synced at", inner)] if inner and not _is_at(inner, r.filename, r.lineno) else []
     if r.entry_frame and r.entry_frame != inner:
         out.append(("entered library at", r.entry_frame))
-    if r.user_frame and not r.user_frame.startswith(site):
+    if r.user_frame and not _is_at(r.user_frame, r.filename, r.lineno):
         out.append(("user frame", r.user_frame))
     return out
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from syncguard.reporting import timing
 from syncguard.reporting.baseline import Comparison, Delta
 from syncguard.records.events import SCHEMA_VERSION
-from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, Cell, Matrix, plural, changes, measurement_rows,
+from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, Cell, Matrix, phrases, plural, changes, measurement_rows,
                      mixed_runs,
                      unallowed)
 
@@ -108,8 +108,8 @@ def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
 def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
     """Machine-readable matrix (kind 'syncguard-matrix')."""
     def cell(c: Cell) -> dict[str, Any]:
-        return {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": list(c.syncs),
-                "kinds": list(c.kinds), "allowed": list(c.allowed),
+        return {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": phrases(c.syncs),
+                "kinds": list(c.kinds), "allowed": phrases(c.allowed),
                 "allowed_kinds": list(c.allowed_kinds), "reason": c.reason,
                 "measurements": dict(c.measurements)}
 

@@ -86,14 +86,33 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """Syncs of one cell that read the same: the phrase (API, op, phase, line) and how many."""
+
+    phrase: str
+    count: int
+
+
+def count(tallies: Iterable[Tally]) -> int:
+    """How many syncs the tallies stand for."""
+    return sum(t.count for t in tallies)
+
+
+def phrases(tallies: Iterable[Tally]) -> list[str]:
+    """One phrase per sync, in order: the matrix JSON's ``syncs``/``allowed`` lists."""
+    return [t.phrase for t in tallies for _ in range(t.count)]
+
+
+@dataclass(frozen=True)
 class Cell:
-    """What one case did in one run. ``syncs`` holds unallowed syncs and races, as phrases."""
+    """What one case did in one run. ``syncs`` holds unallowed syncs and races, ``allowed`` the
+    allowed syncs, each as tallies: one phrase per site and phase with its count."""
 
     state: str
     outcome: str | None = None
-    syncs: tuple[str, ...] = ()
+    syncs: tuple[Tally, ...] = ()
     kinds: tuple[str, ...] = ()
-    allowed: tuple[str, ...] = ()
+    allowed: tuple[Tally, ...] = ()
     allowed_kinds: tuple[str, ...] = ()
     reason: str | None = None
     measurements: Mapping[str, Any] = field(default_factory=dict)  # numbers as float
@@ -112,6 +131,15 @@ class Cell:
     detectors: tuple[str, ...] | None = None
 
     @property
+    def n_syncs(self) -> int:
+        """Unallowed syncs and races."""
+        return count(self.syncs)
+
+    @property
+    def n_allowed(self) -> int:
+        return count(self.allowed)
+
+    @property
     def audited(self) -> bool:
         """Its syncs were judged: an audited state, or a failure after its audit ran (a failed
         case that was audited loses what its audit saw when it is later skipped)."""
@@ -123,7 +151,7 @@ class Cell:
         if self.state in UNJUDGED:
             return {"missing": "missing", "skipped": "skipped", "off": "not audited (audit off)",
                     "not_audited": f"not audited ({self.reason or 'no reason given'})"}[self.state]
-        return summary(self.state, len(self.syncs), self.kinds, len(self.allowed), self.allowed_kinds)
+        return summary(self.state, self.n_syncs, self.kinds, self.n_allowed, self.allowed_kinds)
 
     @property
     def detail(self) -> str:
@@ -132,15 +160,15 @@ class Cell:
             return self.text
         parts = ["failed"] if self.state == "failed" else []
         if self.syncs:
-            parts.append(f"{plural(len(self.syncs), 'sync')} ({_few(self.syncs)})")
+            parts.append(f"{plural(self.n_syncs, 'sync')} ({_few(t.phrase for t in self.syncs)})")
         if self.allowed:
-            parts.append(f"allowed {len(self.allowed)} ({_few(self.allowed)})")
+            parts.append(f"allowed {self.n_allowed} ({_few(t.phrase for t in self.allowed)})")
         return " + ".join(parts)
 
     @property
     def signature(self) -> tuple:
         """Two cells with the same signature count as the same outcome."""
-        return (self.state, len(self.syncs), self.kinds, len(self.allowed), self.allowed_kinds)
+        return (self.state, self.n_syncs, self.kinds, self.n_allowed, self.allowed_kinds)
 
 
 @dataclass(frozen=True)
@@ -179,8 +207,16 @@ def plural(n: int, word: str) -> str:
 
 def _differing(cell: "Cell", other: "Cell") -> list[str]:
     """The sync sites of ``cell`` that ``other`` lacks, with a count when repeated."""
-    left = Counter(cell.syncs + cell.allowed) - Counter(other.syncs + other.allowed)
+    left = _counter(cell.syncs + cell.allowed) - _counter(other.syncs + other.allowed)
     return [f"{n}× {site}" if n > 1 else site for site, n in left.items()]
+
+
+def _counter(tallies: Iterable[Tally]) -> Counter:
+    """Syncs per phrase (one phrase may have several tallies: two sites in files of one name)."""
+    out: Counter = Counter()
+    for t in tallies:
+        out[t.phrase] += t.count
+    return out
 
 
 def _few(items: Iterable[str], limit: int = 2) -> str:
@@ -221,11 +257,11 @@ def _phrase(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
     return text + (f" at {where}" if where else "")
 
 
-def _phrases(records: Iterable[Any]) -> list[str]:
-    """A session report stores one record per site with a ``count`` (aggregate.py); a cell keeps
-    one phrase per sync, as the gate counts syncs, so a record stands for ``count`` phrases.
-    Syncs outside the code scope (``TestEntry.outside``) never reach a cell: they never fail."""
-    return [p for r in records for phase, n in _by_phase(r) for p in (_phrase(r, phase),) * n]
+def tallies(records: Iterable[Any]) -> tuple[Tally, ...]:
+    """A session report stores one record per site with a ``count`` (aggregate.py), split by
+    phase; a cell keeps one tally per record and phase, in the records' order. Syncs outside the
+    code scope (``TestEntry.outside``) never reach a cell: they never fail."""
+    return tuple(Tally(_phrase(r, phase), n) for r in records for phase, n in _by_phase(r) if n)
 
 
 def site(e: SyncEvent | RaceEvent, phase: str | None = None) -> str:
@@ -263,8 +299,8 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
     reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
     numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
                if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
-    return Cell(state, outcome, tuple(_phrases(events)),
-                tuple(sorted({e.kind or "?" for e in events})), tuple(_phrases(allowed)),
+    return Cell(state, outcome, tallies(events),
+                tuple(sorted({e.kind or "?" for e in events})), tallies(allowed),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
                 per_site(allowed), timing.samples(test.measurements), per_site(events), audit,
                 test.detectors)
