@@ -258,7 +258,7 @@ def test_judging_counts_kind_memory_line_and_threads():
 
 def test_converted_runs_keep_what_the_old_run_recorded():
     """The committed schema-1 run of 2.8.0 recorded the CPU-mask put as a blocking H2D copy."""
-    old = ROOT / "reports" / "archive" / "gpu-2.8.0" / "corpus-2.8.0.json"
+    old = ROOT / "tests" / "fixtures" / "corpus-run-v1" / "corpus-2.8.0.json"
     doc = cr.convert(json.loads(old.read_text()), str(old))
     row = next(r for r in doc["snippets"] if r["id"] == "corpus/assign_with_cpu_mask")
     assert [w["kind"] for w in row["truth"]["waits"]] == ["blocking_copy_h2d"]

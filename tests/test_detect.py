@@ -1267,7 +1267,7 @@ def test_a_loops_repeats_are_kept_without_the_gil_and_give_the_python_callbacks_
 def test_a_repeat_takes_the_gil_again_once_a_scope_or_the_context_changed_in_between():
     """Fake libcupti, no GPU: four like pinned copies from one line. With nothing between them,
     the last two are kept without the GIL. With a region or allow entered or left anywhere
-    between them (``routing.scopes_changed``, which scope.py calls), or the copy made in another
+    between them (``routing.scopes_changed``, which regions/region.py calls), or the copy made in another
     context (``Context.run``), each takes the GIL again; it still folds there, since its regions,
     allows and site are the same: one Call either way."""
     import contextvars

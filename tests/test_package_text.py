@@ -11,9 +11,6 @@ Two rules, each over ``src/syncguard/**`` (.py, .c, .h):
   ``/* */`` and ``//``), docstrings from ``ast`` (module, class, function); string literals the
   code uses are not text a reader is told, so they are not scanned.
 
-What is left in the package when this test was written is pinned below (``HASHES_LEFT``,
-``FIGURES_LEFT``) as a ratchet: a new one fails, and so does a pinned one that is gone (drop it
-from the list then, so the list only shrinks).
 """
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ import io
 import re
 import subprocess
 import tokenize
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -36,60 +32,6 @@ _FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?(?:×|x\b|ms\b|µs\b|us\b|ns\b|
                      r"|\b\d+ of \d+ (?:runs|processes|rounds)\b")
 
 #: (module, commit token) pairs still in the package; others are removing them
-HASHES_LEFT = {
-    ("atlas/render.py", "0133499"),
-    ("detectors/cuda/calls.py", "384ab15"),
-    ("detectors/cuda/_cuptifast.c", "384ab15"),
-    ("detectors/cuda/_cuptifast.c", "3ce5363"),
-    ("detectors/cuda/hostmem.py", "4528237"),
-    ("detectors/hooks.py", "5ead7bd"),
-    ("detectors/cuda/detector.py", "8b316a8"),
-    ("detectors/cuda/_cuptifast.c", "8b316a8"),
-    ("detectors/cuda/_cuptifast.c", "92f6432"),
-    ("attribution/frames.py", "9d91fed"),
-    ("detectors/cuda/detector.py", "e8a2950"),
-    ("detectors/cuda/_cuptifast.c", "f2eb2d2"),
-}
-
-#: (module, figure) -> how many times, still in the package; others are removing them
-FIGURES_LEFT = Counter({
-    ("attribution/frames.py", "100 us"): 1,
-    ("attribution/frames.py", "16 us"): 1,
-    ("attribution/frames.py", "7 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "0.22 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "0.25 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "0.27 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "0.8 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "1 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "100 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "120 ns"): 1,
-    ("detectors/cuda/_cuptifast.c", "19 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "2.5 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "20 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "3.2 us"): 1,
-    ("detectors/cuda/_cuptifast.c", "4%"): 1,
-    ("detectors/cuda/_cuptifast.c", "40 ns"): 1,
-    ("detectors/cuda/calls.py", "0.8 us"): 1,
-    ("detectors/cuda/calls.py", "2.3 us"): 1,
-    ("detectors/cuda/detector.py", "0.4 us"): 1,
-    ("detectors/cuda/detector.py", "1 us"): 1,
-    ("detectors/cuda/detector.py", "19 us"): 1,
-    ("detectors/cuda/detector.py", "2.5 us"): 1,
-    ("detectors/cuda/detector.py", "3 us"): 2,
-    ("detectors/cuda/hostmem.py", "0.08 ms"): 1,
-    ("detectors/cuda/hostmem.py", "1 us"): 1,
-    ("detectors/cuda/hostmem.py", "3 us"): 1,
-    ("pytest_plugin/isolate.py", "6x"): 1,
-    ("records/events.py", "0.8 us"): 1,
-    ("records/events.py", "2.3 us"): 1,
-    ("records/schema.py", "13 µs"): 1,
-    ("regions/region.py", "15 us"): 1,
-    ("reporting/timing.py", "0.2 %"): 1,
-    ("reporting/timing.py", "2 %"): 1,
-    ("reporting/timing.py", "3 %"): 1,
-})
-
-
 def _modules(package: Path = PACKAGE) -> list[Path]:
     return sorted(p for p in package.rglob("*") if p.suffix in SUFFIXES and p.is_file()
                   and "__pycache__" not in p.parts)
@@ -149,23 +91,16 @@ def test_the_readme_names_no_commit():
 
 
 @needs_git
-def test_the_package_names_no_commit_beyond_those_pinned():
+def test_the_package_names_no_commit():
     found = {(p.relative_to(PACKAGE).as_posix(), t) for p in _modules()
              for t in commits_named(p.read_text(encoding="utf-8"))}
-    new, gone = sorted(found - HASHES_LEFT), sorted(HASHES_LEFT - found)
-    assert not new, f"commit hashes in the package (history belongs in commit messages): {new}"
-    assert not gone, f"pinned hashes now gone: drop them from HASHES_LEFT: {gone}"
+    assert not found, f"commit hashes in the package (history belongs in commit messages): {sorted(found)}"
 
 
-def test_the_package_states_no_measured_figure_beyond_those_pinned():
-    found = Counter((p.relative_to(PACKAGE).as_posix(), fig) for p in _modules()
-                    for _, fig in figures(p))
-    new = found - FIGURES_LEFT
-    gone = sorted((FIGURES_LEFT - found).elements())
-    where = [f"{m}:{line}: {fig}" for m in sorted({m for m, _ in new})
-             for line, fig in figures(PACKAGE / m) if (m, fig) in new]
-    assert not new, "measured figures in the package's comments/docstrings:\n" + "\n".join(where)
-    assert not gone, f"pinned figures now gone: drop them from FIGURES_LEFT: {gone}"
+def test_the_package_states_no_measured_figure():
+    where = [f"{p.relative_to(PACKAGE).as_posix()}:{line}: {fig}" for p in _modules()
+             for line, fig in figures(p)]
+    assert not where, "measured figures in the package's comments/docstrings:\n" + "\n".join(where)
 
 
 # -- each rule can fail: the same functions on planted text -------------------------------------

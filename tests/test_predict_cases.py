@@ -18,10 +18,8 @@ from rulelearn.derive import measured_kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Session reports of cases/ compared with: their declared syncs are syncguard's debug+trace+
-# profile detectors' (a second reference beside the corpus runs' ground truth). 2.9.1's is
-# 973d48e's (reports/archive/973d48e/); 2.13.0's is 0133499's partial run (reports/gpu/2.13.0/). 973d48e's own 2.13.0 and 2.14.1 runs could not serve:
-# there the profile detector linked only a region's first sync to its aten op (fixed in
-# 0133499, whose runs these are: reports/probes/profile-links-5ead7bd/).
+# profile detectors' (a second reference beside the corpus runs' ground truth). 2.9.1's and
+# 2.13.0's are older runs kept under reports/gpu/<version>/ (reports/README.md says which).
 VERSIONS = ("2.8.0", "2.9.1", "2.11.0", "2.13.0", "2.14.1")
 
 
@@ -31,10 +29,9 @@ def measured(snippet: str, version: str = "2.14.1") -> list[str]:
 
 
 def _session_report(version: str) -> str:
-    """The H200 run of cases/ for ``version``: the matrix's own, or an archived one (runs of
-    older detector code, kept as measurements of torch: reports/archive/README.md)."""
-    for folder in (("reports",), ("reports", "gpu", version), ("reports", "archive", "973d48e"),
-                   ("reports", "archive", "c0bd2c4"), ("reports", "archive")):
+    """The H200 run of cases/ for ``version``: the matrix's own, or an older one kept under
+    reports/gpu/<version>/ (runs of older detector code, kept as measurements of torch)."""
+    for folder in (("reports",), ("reports", "gpu", version)):
         path = os.path.join(ROOT, *folder, f"cuda-torch-{version}.json")
         if os.path.exists(path):
             return path

@@ -718,7 +718,7 @@ def test_entering_or_leaving_a_region_or_an_allow_says_so_to_the_cuda_detectors_
         monkeypatch):
     """routing.scopes_changed is told of every change to a context's regions or allows (the C
     callback keeps a call that repeats the last one without the GIL only while none happened:
-    detectors/_cuptifast.c, repeat()); a region left out of order too."""
+    detectors/cuda/_cuptifast_c/pairing.c, repeat()); a region left out of order too."""
     from syncguard.detectors import routing
 
     told = []

@@ -218,7 +218,7 @@ def matrix_command(args: argparse.Namespace) -> int:
 
 
 def atlas_command(args: argparse.Namespace) -> int:
-    """``syncguard atlas``: corpus runs -> the atlas (syncguard/atlas.py)."""
+    """``syncguard atlas``: corpus runs -> the atlas (atlas/render.py)."""
     inputs = expand(args.runs)
     if args.output:
         _refuse_overwriting_an_input(Path(args.output), inputs, None, noun="runs")

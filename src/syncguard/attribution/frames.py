@@ -152,7 +152,7 @@ def _cached_site(cache: dict, key, frames) -> Site:
     return site
 
 
-#: the C callback's Site cache (detectors/_cuptifast.c): a 64-bit hash of the same (code,
+#: the C callback's Site cache (detectors/cuda/_cuptifast_c/frames.c): a 64-bit hash of the same (code,
 #: offset) pairs -> (Site, codes); filled by :func:`site_from_frames` on a miss, the codes held so
 #: that no address in a live key can be reused
 c_site_cache: dict = {}

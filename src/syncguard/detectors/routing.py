@@ -24,9 +24,9 @@ def _nothing() -> None:
     return None
 
 
-#: Called whenever a region or an allow is entered or left, on any thread (scope.py). The cuda
+#: Called whenever a region or an allow is entered or left, on any thread (regions/region.py). The cuda
 #: detector's C callback keeps a call that repeats the thread's last one without the GIL only
-#: while nothing of the sort happened in between (detectors/_cuptifast.c, repeat()); the detector
+#: while nothing of the sort happened in between (detectors/cuda/_cuptifast_c/pairing.c, repeat()); the detector
 #: puts its C module's counter here once the module is configured.
 scopes_changed: Callable[[], None] = _nothing
 

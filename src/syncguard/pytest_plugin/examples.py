@@ -3,7 +3,7 @@
 Why per example: auditing the whole test would report the union of all examples' syncs and give
 hypothesis nothing to shrink on. In fail mode a syncing example raises ``SyncError`` as
 ``forbid()`` would, an ordinary failure that hypothesis minimises (syncs of phases that do not
-fail, judged by the region as phases.py says, and syncs outside the code scope, see codescope.py, do not raise).
+fail, judged by the region as phases.py says, and syncs outside the code scope, see attribution/codescope.py, do not raise).
 """
 from __future__ import annotations
 

@@ -144,11 +144,12 @@ def take_parent_options(config: pytest.Config) -> None:
 
 
 def run_isolated(item: pytest.Item, settings: Settings, plugin_name: str,
-                 on_crash: Callable[[int], dict]) -> None:
+                 on_crash: Callable[[int], Any]) -> None:
     """Run ``item`` in a child (see :func:`child_command`) and replay the child's reports here.
 
-    ``on_crash(returncode)`` gives the session-report entry (as a dict, as it travels on a
-    report) for a child that died before reporting its teardown.
+    ``on_crash(returncode)`` gives the session-report entry for a child that died before
+    reporting its teardown: the entry itself, made here in this process, where a child's entries
+    arrive as dicts on its reports.
     """
     config = item.config
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)

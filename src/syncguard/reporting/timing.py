@@ -11,7 +11,7 @@ The noise band of a set of samples is the largest relative distance of one proce
 the median of the process medians, floored by the spread within a process: the median over the
 processes of each one's median absolute deviation relative to its median. Why the floor: two
 processes can land on the same median by chance (a band of 0) while each of their repetitions
-moves by ±2 %; a band of 0 would then gate a 0.2 % change, smaller than what one process's own
+moves by more; a band of 0 would then gate a change smaller than what one process's own
 repetitions show to be noise. A timing regresses when its median exceeds the baseline's by
 more than the threshold ``1 + 2 * (band_baseline + band_now)``, which the output states with
 every comparison (the same idea as asv's ``--factor`` and pytest-benchmark's compare thresholds,
@@ -37,7 +37,7 @@ class Band:
     """The median of the process medians, the measured noise band, and how it was measured."""
 
     median: float
-    band: float  # relative, e.g. 0.03 = ±3 %
+    band: float  # relative to the median: a fraction, not a percentage
     processes: int
     reps: int  # the fewest repetitions of any process
 

@@ -101,7 +101,7 @@ extern int stack_depth;
 extern volatile long generation;  /* bumped: every thread's depth and call in flight are stale */
 extern long config_epoch;         /* bumped by configure(): every thread's tls_dict is stale */
 /* Bumped whenever a region or allow is entered or left on any thread (scopes_changed(), from
- * scope.py), when the callbacks go off (forget()) and by configure(): no thread's next call is
+ * regions/region.py), when the callbacks go off (forget()) and by configure(): no thread's next call is
  * then a repeat of its last (pairing.c). */
 extern volatile long scopes_epoch;
 extern int folding;               /* fold runs of like copies (host memory told by pointer) */

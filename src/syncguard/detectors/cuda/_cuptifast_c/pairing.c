@@ -173,7 +173,7 @@ int apply_rule(Call *prev, int rule, const Entry *e, const Params *k, uint32_t c
  * call, every one of those answers is the one it got then. So a call that one of the rules
  * above would fold or pair into that call is kept by them without the GIL, when:
  *  - its own parameters pass the rule's *_fields check against prev, and prev's arrays have room;
- *  - no region or allow was entered or left anywhere since (scopes_epoch, bumped from scope.py:
+ *  - no region or allow was entered or left anywhere since (scopes_epoch, bumped from regions/region.py:
  *    so the regions and allows are the same objects, and their lists are alive);
  *  - the thread's interpreter frames are the same, each frame's code and instruction (the hash
  *    of the whole chain: so the user's site is the same Site, and so is the capture phase);
