@@ -19,7 +19,8 @@ def _figures():
     return module
 
 
-@pytest.mark.parametrize("doc", ["docs/cases.md", "docs/performance.md", "docs/atlas.md"])
+@pytest.mark.parametrize("doc", ["docs/cases.md", "docs/performance.md", "docs/atlas.md",
+                                 "docs/prediction.md"])
 def test_docs_tables_match_the_committed_evidence(doc):
     figures = _figures()
     text = (ROOT / doc).read_text(encoding="utf-8")
@@ -32,6 +33,20 @@ def test_every_generated_block_has_a_home_and_the_readme_has_none():
     homes = [name for names in figures.DOCS.values() for name in names]
     assert sorted(homes) == sorted(figures.BLOCKS)
     assert "<!-- figures:" not in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_calibration_sentence_reads_the_two_suites_it_names():
+    """Made-up calibration data: the sentence takes the all-suites and held-out rows, by name."""
+    stats = lambda suite, whether, kind, line, crashes: {"stats": {  # noqa: E731
+        "suite": suite, "whether": whether, "kind": kind, "line": line, "crashes": crashes}}
+    data = {"torch": "9.9.0+cpu", "nearest": [
+        stats("corpus (tests/gpu/corpus.py)", [1, 1], [1, 1], [1, 1], 0),
+        stats("all three suites together", [45, 50], [40, 50], [20, 25], 1),
+        stats("all suites, each snippet held out of the rules", [30, 50], [29, 50], [9, 10], 0)]}
+    text = _figures().predict_calibration(data)
+    assert text.startswith("Calibrated on torch 9.9.0+cpu against the nearest measured torch")
+    assert "whether it syncs 45/50 (90.0%), exact kind 40/50 (80.0%), line 20/25 (80.0%), 1 crashes" in text
+    assert text.endswith("derived without it): 30/50 (60.0%).")
 
 
 def test_a_doc_that_lost_its_block_is_an_error():

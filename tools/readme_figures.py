@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MERGE_SPLIT = ROOT / "reports" / "atlas-runs" / "merge-split-2.11.0.json"
 OVERHEAD = ROOT / "reports" / "gpu" / "2.11.0" / "overhead-2.11.0.json"
+CALIBRATION = ROOT / "reports" / "predict" / "calibration.json"
 HOST_SIZE = (131072, 8192)  # host time and peak memory are shown at the largest size
 
 _LABELS = {
@@ -209,13 +210,33 @@ def atlas_transitions() -> str:
     return "\n".join(out)
 
 
-BLOCKS = {"merge-table": merge_table, "detector-cost": detector_cost_table,
+def _share(pair: list[int]) -> str:
+    ok, total = pair
+    return f"{ok}/{total} ({100 * ok / total:.1f}%)"
+
+
+def predict_calibration(data: dict | None = None) -> str:
+    """Prediction's agreement with the GPU runs, all suites together and held out, as one
+    sentence (reports/predict/calibration.json, written by tools/predict_calibrate.py)."""
+    data = data if data is not None else json.loads(CALIBRATION.read_text(encoding="utf-8"))
+    by_suite = {entry["stats"]["suite"]: entry["stats"] for entry in data["nearest"]}
+    together = by_suite["all three suites together"]
+    held = by_suite["all suites, each snippet held out of the rules"]
+    return (f"Calibrated on torch {data['torch']} against the nearest measured torch "
+            f"(`reports/predict/calibration.md`), all three suites together: whether it syncs "
+            f"{_share(together['whether'])}, exact kind {_share(together['kind'])}, line "
+            f"{_share(together['line'])}, {together['crashes']} crashes. Held out (each "
+            f"snippet's rules derived without it): {_share(held['whether'])}.")
+
+
+BLOCKS = {"predict-calibration": predict_calibration, "merge-table": merge_table, "detector-cost": detector_cost_table,
           "detector-cost-versions": detector_cost_by_version, "detector-cost-parts": detector_cost_parts,
           "atlas-transitions": atlas_transitions}
 
 
 #: which docs file holds which generated blocks (paths from the repository root)
-DOCS = {"docs/cases.md": ("merge-table",),
+DOCS = {"docs/prediction.md": ("predict-calibration",),
+        "docs/cases.md": ("merge-table",),
         "docs/performance.md": ("detector-cost-parts", "detector-cost", "detector-cost-versions"),
         "docs/atlas.md": ("atlas-transitions",)}
 
