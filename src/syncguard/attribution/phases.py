@@ -7,7 +7,7 @@ default a sync whose event carries ``phase="compile"`` or ``phase="graph_capture
 the user's line and a hint) but does not fail; ``fail_on_phases=`` (the library) and
 ``--syncguard-fail-on-phase`` (the plugin, which passes it to the regions it opens) name the
 phases that should fail too. Syncs in the ``run`` phase always count. The judging itself happens
-in one place, the region (:meth:`syncguard.regions.region.Region._judge`).
+in one place, the region (:func:`syncguard.regions.region.judge`).
 """
 from __future__ import annotations
 

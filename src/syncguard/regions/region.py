@@ -27,7 +27,6 @@ from syncguard import detectors as registry
 from syncguard.detectors import routing
 from syncguard.attribution.frames import is_tracing
 from syncguard.attribution.codescope import split_names
-from syncguard.detectors import AUTO
 from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.torch_hooks import allow_entered, allow_exited
 from syncguard.records.events import ALL_DETECTORS, DETECTORS, SYNC_KINDS, Report, SyncError, SyncEvent
@@ -326,42 +325,45 @@ class Region:
         for det in self._finishers:  # in detector order, as armed
             events = det.finish(self, events)
         if events:  # (a sync-free region, the usual one, has nothing to judge)
-            self._judge(events)
+            judge(events, self.report, self.fail_on_phases)
 
     def single_threaded(self) -> bool:
         """No other Python thread at entry (as the thread-watching detectors saw it when they
         armed) nor now."""
         return self.state.get("threads_at_entry", 1) == 1 and threading.active_count() == 1
 
-    def _judge(self, events) -> None:
-        """Split events into allowed and not, honouring each allow's max/api/kind."""
-        used: dict[int, int] = {}
-        syncs = self.report.syncs
-        for ev, allows, _ in events:
-            if not allows and ev.phase == RUN:  # the common case: a plain sync, no allow()
-                syncs.append(ev)
+
+
+def judge(events, report: Report, fail_on_phases) -> None:
+    """Split a region's events into ``report``'s allowed and unallowed syncs, honouring each
+    allow's max/api/kind and the phases that do not fail."""
+    used: dict[int, int] = {}
+    syncs = report.syncs
+    for ev, allows, _ in events:
+        if not allows and ev.phase == RUN:  # the common case: a plain sync, no allow()
+            syncs.append(ev)
+            continue
+        chosen = exhausted = None
+        for entry in reversed(allows) if allows else ():  # AllowEntry: max is per entry
+            a = entry.allow
+            if not a.matches(ev):
                 continue
-            chosen = exhausted = None
-            for entry in reversed(allows) if allows else ():  # AllowEntry: max is per entry
-                a = entry.allow
-                if not a.matches(ev):
-                    continue
-                if a.max is not None and used.get(id(entry), 0) >= a.max:
-                    exhausted = exhausted or a
-                    continue
-                chosen = entry
-                break
-            if chosen is not None:
-                used[id(chosen)] = used.get(id(chosen), 0) + 1
-                self.report.allowed.append(dataclasses.replace(ev, reason=chosen.allow.reason))
-            elif not fails(ev.phase, self.fail_on_phases):
-                self.report.allowed.append(dataclasses.replace(
-                    ev, reason=not_failing_reason(ev.phase)))
-            elif exhausted is not None:
-                syncs.append(dataclasses.replace(
-                    ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
-            else:
-                syncs.append(ev)
+            if a.max is not None and used.get(id(entry), 0) >= a.max:
+                exhausted = exhausted or a
+                continue
+            chosen = entry
+            break
+        if chosen is not None:
+            used[id(chosen)] = used.get(id(chosen), 0) + 1
+            report.allowed.append(dataclasses.replace(ev, reason=chosen.allow.reason))
+        elif not fails(ev.phase, fail_on_phases):
+            report.allowed.append(dataclasses.replace(
+                ev, reason=not_failing_reason(ev.phase)))
+        elif exhausted is not None:
+            syncs.append(dataclasses.replace(
+                ev, note=f"exceeds allow(max={exhausted.max}): {exhausted.reason}"))
+        else:
+            syncs.append(ev)
 
 
 _PARSED: dict = {}  # (detectors, fail_on_phases) as given -> as parsed, for hashable ones
