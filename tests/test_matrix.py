@@ -650,7 +650,7 @@ def test_markdown_has_table_changes_comparison_and_measurements():
     d28, d211 = doc(V28), doc(V211)
     entry(d211, ROWS)["nodeid"] = ROWS[:-1] + "|pipe]"  # parametrize ids may hold a pipe
     m = build(d28, d211)
-    md = render_markdown(m, bl.compare(m, bl.make(build(doc(V28)))))
+    md = render_markdown(m, bl.compare(m, bl.make(build(doc(V28)))), everything=True)
     lines = md.splitlines()
     header = f"| case | {label(d28)} | {label(d211)} |"
     assert header in lines and lines[lines.index(header) + 1] == "|---|---|---|"

@@ -39,7 +39,7 @@ MARKERS = ["syncguard", "allow_sync", "no_syncguard"]
 
 CLI = {
     "report": ["--baseline", "--format", "--fail-on", "--update-baseline",
-               "--drop-baseline-run", "--output", "--allow-mixed-commits"],
+               "--drop-baseline-run", "--output", "--allow-mixed-commits", "--all"],
     "atlas": ["--format", "--output"],
 }
 

@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=tuple(FORMATS), default="table",
                      help="; ".join(f"{name}: {f.help}" for name, f in FORMATS.items())
                      + " (default: table)")
+    rep.add_argument("--all", dest="everything", action="store_true",
+                     help="table and markdown: list every case; without it they lead with one "
+                          "run's summary (or the cases that differ between runs) and the cases "
+                          "with syncs, races, failures or changes, and only count the clean, "
+                          "skipped and unaudited ones (json always lists every case) "
+                          "(default: off)")
     rep.add_argument("--fail-on", choices=("regression", "any", "never"), default="never",
                      help="regression: exit 1 if a case got worse than the baseline (fails "
                           "or xfails, more or new syncs, a new allowed kind, more syncs at a "
@@ -108,15 +114,17 @@ def load_baseline(path: Path) -> dict:
         raise InputError(f"{path}: {e}") from None
 
 
-def render(fmt: str, matrix: mx.Matrix, cmp: bl.Comparison | None, to_terminal: bool) -> str | None:
-    """Rendered text, or None when a rich table went straight to the terminal."""
+def render(fmt: str, matrix: mx.Matrix, cmp: bl.Comparison | None, to_terminal: bool,
+           everything: bool = False) -> str | None:
+    """Rendered text, or None when a rich table went straight to the terminal. ``everything``:
+    ``--all``, every case."""
     chosen = FORMATS[fmt]
     if to_terminal and chosen.rich is not None:
         from rich.console import Console
 
-        Console().print(chosen.rich(matrix, cmp))
+        Console().print(chosen.rich(matrix, cmp, everything))
         return None
-    return chosen.text(matrix, cmp)
+    return chosen.text(matrix, cmp, everything)
 
 
 def _refuse_overwriting_an_input(output: Path, inputs: list[Path], baseline: Path | None,
@@ -186,7 +194,8 @@ def matrix_command(args: argparse.Namespace) -> int:
     # Input is good: everything made, and every target checked, before the first write, so that
     # an error (exit 2) still means nothing was written.
     text = render(args.format, matrix, cmp,
-                  to_terminal=args.output is None and sys.stdout.isatty())
+                  to_terminal=args.output is None and sys.stdout.isatty(),
+                  everything=args.everything)
     updated = bl.make(matrix, baseline, drops) if args.update_baseline else None
     targets = [Path(args.output)] if args.output else []
     targets += [baseline_path] if updated is not None else []

@@ -2,20 +2,29 @@
 
 Each format is one :class:`Format` in :data:`FORMATS`; the CLI takes its ``--format`` choices
 from that mapping, so adding a format touches this file only.
+
+The table and the markdown lead with what matters: one run opens with the summary pytest's
+terminal prints (:func:`syncguard.reporting.explain.summary_lines`: counts and the sites that
+synced most), and the rows follow in :func:`syncguard.reporting.matrix.order_cases`' order, the
+clean, skipped and unaudited cases only counted unless ``everything`` (``--all``). JSON, read by
+tools, always holds every case in node id order.
 """
 from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
+from syncguard.records.events import SCHEMA_VERSION
 from syncguard.reporting import timing
 from syncguard.reporting.baseline import Comparison, Delta
-from syncguard.records.events import SCHEMA_VERSION
-from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, Cell, Matrix, phrases, plural, changes, measurement_rows,
-                     mixed_runs,
-                     unallowed)
+from syncguard.reporting.explain import summary_lines
+from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, CaseOrder, Cell, Matrix, changes,
+                                        measurement_rows, mixed_runs, order_cases, phrases, plural,
+                                        unallowed)
+from syncguard.reporting.sessionfile import summarize
 
 #: provenance rows shown per run: (key of syncguard.reporting.provenance.describe, title)
 PROVENANCE_ROWS = (("commit", "project commit"), ("code", "detector code"),
@@ -53,6 +62,38 @@ def _totals(matrix: Matrix) -> str:
     return text + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
 
 
+def _summary(matrix: Matrix) -> list[str]:
+    """One run's session summary, as pytest's terminal summary prints it; none for several runs,
+    whose lead is the cases that differ between them."""
+    if len(matrix.runs) != 1 or matrix.runs[0].label not in matrix.tests:
+        return []
+    run = matrix.runs[0]
+    tests = list(matrix.tests[run.label])
+    return summary_lines(tests, summarize(tests), scope=run.scope)
+
+
+def _fenced(lines: list[str]) -> list[str]:
+    """Lines as a markdown code block (the site lines are aligned in columns), fenced with more
+    backticks than any run of them in the text, so that none ends the block early."""
+    longest = max((len(m) for line in lines for m in re.findall("`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "text", *lines, fence]
+
+
+def _case_order(matrix: Matrix, cmp: Comparison | None, everything: bool) -> CaseOrder:
+    flagged = ([d.nodeid for d in cmp.regressions + cmp.improvements + cmp.new_cases]
+               if cmp is not None else [])
+    return order_cases(matrix, flagged, everything)
+
+
+def _hidden(order: CaseOrder) -> str | None:
+    """The line that stands for the cases left out, and how to see them."""
+    if not order.n_hidden:
+        return None
+    what = ", ".join(f"{n} {states}" for states, n in order.hidden.items())
+    return f"{plural(order.n_hidden, 'case')} not shown ({what}); --all lists every case"
+
+
 def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
     if cmp is None:
         return []
@@ -72,15 +113,24 @@ def _comparison_lines(cmp: Comparison | None) -> list[tuple[str, list[str]]]:
             ("Not compared", list(cmp.notes))]
 
 
-def render_markdown(matrix: Matrix, cmp: Comparison | None = None) -> str:
-    """A GitHub job summary: totals, the matrix table, changes, baseline comparison, measurements."""
+def render_markdown(matrix: Matrix, cmp: Comparison | None = None, everything: bool = False) -> str:
+    """A GitHub job summary: totals, one run's summary, the matrix table (the cases that matter
+    first; every case with ``everything``), changes, baseline comparison, measurements."""
     out = ["## syncguard", "", _totals(matrix), ""]
     out += [f"> {_md(n)}" for n in _notes(matrix)] + ([""] if _notes(matrix) else [])
-    out.append("| case | " + " | ".join(_md(_column(matrix, r)) for r in matrix.runs) + " |")
-    out.append("|---" * (len(matrix.runs) + 1) + "|")
-    for nodeid in matrix.nodeids:
+    summary = _summary(matrix)
+    if summary:
+        out += _fenced(summary) + [""]
+    order = _case_order(matrix, cmp, everything)
+    if order.shown:  # a table of no rows reads as a broken one: the line below says why
+        out.append("| case | " + " | ".join(_md(_column(matrix, r)) for r in matrix.runs) + " |")
+        out.append("|---" * (len(matrix.runs) + 1) + "|")
+    for nodeid in order.shown:
         out.append(f"| `{_md(nodeid)}` | "
                    + " | ".join(_md(matrix.cell(r.label, nodeid).text) for r in matrix.runs) + " |")
+    hidden = _hidden(order)
+    if hidden:
+        out += ["", _md(hidden)] if order.shown else [_md(hidden)]
     out += ["", "### Provenance", "", "| | " + " | ".join(_md(_column(matrix, r)) for r in matrix.runs)
             + " |", "|---" * (len(matrix.runs) + 1) + "|"]
     for key, title in PROVENANCE_ROWS:
@@ -136,12 +186,14 @@ def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
     return doc
 
 
-def render_json(matrix: Matrix, cmp: Comparison | None = None) -> str:
+def render_json(matrix: Matrix, cmp: Comparison | None = None, everything: bool = True) -> str:
+    """Every case whatever ``everything`` says: a tool filters for itself."""
     return json.dumps(to_json(matrix, cmp), indent=1, ensure_ascii=False) + "\n"
 
 
-def render_table(matrix: Matrix, cmp: Comparison | None = None):
-    """rich renderables for a terminal: the matrix, then the same lists as the markdown."""
+def render_table(matrix: Matrix, cmp: Comparison | None = None, everything: bool = False):
+    """rich renderables for a terminal: one run's summary, the matrix (the cases that matter
+    first; every case with ``everything``), then the same lists as the markdown."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -151,7 +203,8 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
     table.add_column("case", overflow="fold")
     for run in matrix.runs:
         table.add_column(Text(_column(matrix, run)), overflow="fold")
-    for nodeid in matrix.nodeids:  # Text, not str: '[param]' in a nodeid is not rich markup
+    order = _case_order(matrix, cmp, everything)
+    for nodeid in order.shown:  # Text, not str: '[param]' in a nodeid is not rich markup
         cells = [matrix.cell(r.label, nodeid) for r in matrix.runs]
         table.add_row(Text(nodeid), *(Text(c.text, style=style.get(c.state, "dim")) for c in cells))
     prov = Table(title="provenance")
@@ -160,7 +213,10 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
         prov.add_column(Text(_column(matrix, run)), overflow="fold")
     for key, title in PROVENANCE_ROWS:
         prov.add_row(Text(title), *(Text(r.provenance.get(key, "?")) for r in matrix.runs))
-    parts: list[Any] = [*(Text(n, style="bold") for n in _notes(matrix)), table, prov,
+    hidden = _hidden(order)
+    parts: list[Any] = [*(Text(n, style="bold") for n in _notes(matrix)),
+                        *(Text(line) for line in _summary(matrix)), table,
+                        *([Text(hidden, style="dim")] if hidden else []), prov,
                         Text("Changes between versions", style="bold")]
     parts += [Text(f"  {c.nodeid} ({c.series}): {c.text}") for c in changes(matrix)] or [Text("  none")]
     for title, lines in _comparison_lines(cmp):
@@ -177,14 +233,15 @@ def render_table(matrix: Matrix, cmp: Comparison | None = None):
     return Group(*parts)
 
 
-def render_table_text(matrix: Matrix, cmp: Comparison | None = None) -> str:
+def render_table_text(matrix: Matrix, cmp: Comparison | None = None,
+                      everything: bool = False) -> str:
     """The table without colour, for a file, a pipe or a CI log: as wide as its widest row, so
     that no node id is wrapped or folded (a log has no width to fit)."""
     from rich.console import Console
 
     buffer = io.StringIO()
     Console(file=buffer, width=100_000, color_system=None, highlight=False).print(
-        render_table(matrix, cmp))
+        render_table(matrix, cmp, everything))
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()) + "\n"
 
 
@@ -192,9 +249,10 @@ def render_table_text(matrix: Matrix, cmp: Comparison | None = None) -> str:
 class Format:
     """One ``--format``: text for files and pipes, and optionally rich output for a terminal."""
 
-    text: Callable[[Matrix, Comparison | None], str]
+    #: (matrix, comparison, everything): ``everything`` lists every case (``--all``)
+    text: Callable[[Matrix, Comparison | None, bool], str]
     help: str
-    rich: Callable[[Matrix, Comparison | None], Any] | None = None
+    rich: Callable[[Matrix, Comparison | None, bool], Any] | None = None
 
 
 FORMATS: dict[str, Format] = {

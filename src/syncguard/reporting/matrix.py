@@ -176,6 +176,9 @@ class Matrix:
     runs: tuple[Run, ...]
     nodeids: tuple[str, ...]
     cells: Mapping[tuple[str, str], Cell]  # (run label, nodeid) -> Cell
+    #: each run's test entries as read (run label -> entries): what a one-run report's summary
+    #: ranks its sites from, the per-site records a cell keeps only as phrases
+    tests: Mapping[str, tuple[TestEntry, ...]] = field(default_factory=dict)
 
     def cell(self, label: str, nodeid: str) -> Cell:
         return self.cells.get((label, nodeid), MISSING)
@@ -322,6 +325,7 @@ def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
     second would silently replace the first, and with it whatever the first saw)."""
     runs: dict[str, Run] = {}
     cells: dict[tuple[str, str], Cell] = {}
+    tests: dict[str, tuple[TestEntry, ...]] = {}
     for path, doc in docs:
         run = make_run(doc, path)
         if run.label in runs:
@@ -333,9 +337,10 @@ def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:
                 raise SchemaError(f"{path}: test {test.nodeid!r} appears twice; a report holds "
                                   "one entry per test")
             cells[(run.label, test.nodeid)] = make_cell(test, run)
+        tests[run.label] = tuple(doc["tests"])
     ordered = tuple(sorted(runs.values(), key=lambda r: r.sort_key))
     nodeids = tuple(sorted({nodeid for _, nodeid in cells}))
-    return Matrix(ordered, nodeids, cells)
+    return Matrix(ordered, nodeids, cells, tests)
 
 
 # -- comparing ----------------------------------------------------------------------------------
@@ -396,6 +401,60 @@ def audited_count(matrix: Matrix) -> int:
 def unallowed(matrix: Matrix) -> list[tuple[str, str]]:
     """(run label, nodeid) of every cell with an unallowed sync or race."""
     return [key for key, cell in matrix.cells.items() if cell.syncs]
+
+
+# -- what a reader sees first ------------------------------------------------------------------
+
+#: how a case the report leaves out is described, per cell state
+QUIET_WORDS = {"clean": "clean", "skipped": "skipped", "not_audited": "not audited",
+               "off": "not audited (audit off)", "missing": "missing"}
+
+
+@dataclass(frozen=True)
+class CaseOrder:
+    """The cases of a report in the order it shows them, and those it leaves out."""
+
+    shown: tuple[str, ...]
+    #: cases left out, per the states of their cells ("clean", "clean / skipped"), in order
+    hidden: Mapping[str, int]
+
+    @property
+    def n_hidden(self) -> int:
+        return sum(self.hidden.values())
+
+
+def order_cases(matrix: Matrix, flagged: Iterable[str] = (), everything: bool = False) -> CaseOrder:
+    """The cases that matter first: those the baseline comparison names (``flagged``: its
+    regressions, improvements, new cases), then those whose outcome changes between versions
+    (:func:`changes`), then those with an unallowed sync, a race or a failure in some run, then
+    those with allowed syncs; each group in node id order. The rest (clean, skipped or not
+    audited in every run, the same across versions) follow with ``everything``, else they are
+    only counted: on a real suite they are most rows, and the few that sync would be pages down."""
+    flagged = set(flagged)
+    changed = {c.nodeid for c in changes(matrix)}
+
+    def rank(nodeid: str) -> int:
+        states = {matrix.cell(r.label, nodeid).state for r in matrix.runs}
+        if nodeid in flagged:
+            return 0
+        if nodeid in changed:
+            return 1
+        if states & {"syncs", "failed"}:
+            return 2
+        if "allowed" in states:
+            return 3
+        return 4
+
+    ranks = {n: rank(n) for n in matrix.nodeids}
+    ranked = sorted(matrix.nodeids, key=lambda n: (ranks[n], n))
+    quiet = [n for n in ranked if ranks[n] == 4]
+    if everything or not quiet:
+        return CaseOrder(tuple(ranked), {})
+    hidden: Counter = Counter()
+    for nodeid in quiet:
+        words = (QUIET_WORDS[matrix.cell(r.label, nodeid).state] for r in matrix.runs)
+        hidden[" / ".join(dict.fromkeys(words))] += 1
+    return CaseOrder(tuple(n for n in ranked if ranks[n] < 4), dict(hidden.most_common()))
 
 
 # -- measurements -------------------------------------------------------------------------------
