@@ -6,9 +6,14 @@
     nox -s "audit(installed)"    # the torch already installed, no venv (the GPU machine: no registry)
     nox -s report                # reports/*.json + reports/baseline.json -> reports/matrix.md
     nox -s docs                  # docs/: the tables of measured figures and the module map
+    nox -l --json -s audit       # the audit sessions as JSON: a CI workflow's torch matrix
 
-Each audit writes reports/<cpu|cuda>-torch-<version>.json. Set SYNCGUARD_TORCH_INDEX to install
-torch from another index (e.g. https://download.pytorch.org/whl/cpu).
+Each audit writes <dir>/<cpu|cuda|predict>-torch-<version>.json, dir being SYNCGUARD_REPORT_DIR
+(default reports/); "predict" when --syncguard-predict is among the arguments after --, so a
+predicted run is never taken for a measured one. Set SYNCGUARD_TORCH_INDEX to install torch from
+another index (e.g. https://download.pytorch.org/whl/cpu). A CI matrix runs one session per job,
+e.g. `nox -s "audit(2.11.0)" -- --syncguard-require-cuda` on a GPU runner, with
+SYNCGUARD_REPORT_DIR naming the folder it uploads (docs/ci.md).
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import os
 import nox
 
 TORCH_VERSIONS = ["2.8.0", "2.11.0", "2.13.0", "2.14.1"]
+AUDIT_PATHS = ["cases/"]  # what an audit session runs pytest on
 
 nox.options.sessions = ["tests"]
 
@@ -37,14 +43,23 @@ def _install_torch(session: nox.Session, spec: str) -> None:
     session.install(spec, *(["--index-url", index] if index else []))
 
 
+def report_path(platform: str, version: str, posargs: list[str], environ: dict[str, str]) -> str:
+    """Where an audit's session report goes: one file per run (torch version x device), named
+    for how its syncs were found, in the folder a CI job uploads."""
+    kind = "predict" if "--syncguard-predict" in posargs else platform
+    folder = environ.get("SYNCGUARD_REPORT_DIR") or "reports"
+    return f"{folder.rstrip('/')}/{kind}-torch-{version}.json"
+
+
 def _audit(session: nox.Session) -> None:
-    """Audit cases/ with the session's torch; the one helper every audit session uses."""
+    """Audit AUDIT_PATHS with the session's torch; the one helper every audit session uses."""
     # last line only: a CUDA build of torch may warn on stderr (captured too) on a CPU machine
     probe = session.run("python", "-c", _PROBE, silent=True)
     platform, version, installed = probe.strip().splitlines()[-1].split()
     plugin = [] if installed == "installed" else ["-p", "syncguard.plugin"]
-    session.run("python", "-m", "pytest", *plugin, "--syncguard", "cases/",
-                f"--syncguard-report=reports/{platform}-torch-{version}.json", *session.posargs)
+    report = report_path(platform, version, session.posargs, dict(os.environ))
+    session.run("python", "-m", "pytest", *plugin, "--syncguard", *AUDIT_PATHS,
+                f"--syncguard-report={report}", *session.posargs)
 
 
 @nox.session
