@@ -7,8 +7,13 @@ which one ran. The module embeds the digest of the C sources it was built from
 (SYNCGUARD_SOURCE_DIGEST, computed by csources.py, loaded here by path since syncguard is not
 importable while it is being built), so that provenance names the C code where a wheel holds no
 source. Everything else is declared in pyproject.toml.
+
+SYNCGUARD_NO_EXTENSION=1 in the build's environment leaves the extension out on purpose: a wheel
+that behaves as one built where no compiler was found (CI installs one to check the Python
+callback is what the detector then picks).
 """
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +27,8 @@ _spec.loader.exec_module(csources)
 
 ext = []
 files = csources.c_sources()
-if sys.implementation.name == "cpython" and sys.version_info >= (3, 11) and files:
+no_ext = os.environ.get("SYNCGUARD_NO_EXTENSION", "") not in ("", "0")
+if not no_ext and sys.implementation.name == "cpython" and sys.version_info >= (3, 11) and files:
     rel = [p.relative_to(HERE).as_posix() for p in files]
     ext.append(Extension(
         csources.MODULE,

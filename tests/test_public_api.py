@@ -37,6 +37,9 @@ INI = ["syncguard", "syncguard_mode", "syncguard_detectors", "syncguard_races", 
        "syncguard_warmup"]
 MARKERS = ["syncguard", "allow_sync", "no_syncguard"]
 
+#: flags of ``syncguard`` itself, before any subcommand
+CLI_TOP = ["--version"]
+
 CLI = {
     "report": ["--baseline", "--format", "--fail-on", "--update-baseline",
                "--drop-baseline-run", "--output", "--allow-mixed-commits", "--all"],
@@ -87,6 +90,8 @@ def test_cli_commands_and_flags(command):
     top = subprocess.run([sys.executable, "-m", "syncguard", "--help"], capture_output=True,
                          text=True, check=True).stdout
     assert "{report,atlas}" in top
+    for flag in CLI_TOP:
+        assert flag in top, f"syncguard lost {flag}"
     out = subprocess.run([sys.executable, "-m", "syncguard", command, "--help"],
                          capture_output=True, text=True, check=True).stdout
     for flag in CLI[command]:

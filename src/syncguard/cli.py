@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from syncguard import __version__
 from syncguard.atlas import render as atlas
 from syncguard.reporting import baseline as bl
 from syncguard.reporting import matrix as mx
@@ -30,6 +31,8 @@ DESCRIPTION = "syncguard report: the run matrix of several session reports, gate
 def _parser() -> argparse.ArgumentParser:
     """Plain-text help (argparse prints no markup); every option names its default."""
     parser = argparse.ArgumentParser(prog="syncguard", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the installed syncguard's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     rep = sub.add_parser("report", help="matrix of session reports (one column per run)",
                          description=DESCRIPTION)
