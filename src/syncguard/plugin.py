@@ -39,6 +39,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     declare.add_options(parser)
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser, args):
+    """Prediction takes effect before the first conftest is imported: suites that read
+    ``torch.cuda.is_available()`` at import see the stand-in GPU (pytest_plugin/early.py; the
+    session adopts the block). In every process that imports conftests: a serial run, an xdist
+    controller and its workers (their command line is the controller's), an isolate child."""
+    if not declare.predict_asked(early_config):
+        return (yield)
+    from syncguard.pytest_plugin import early
+
+    early.open_block(early_config)
+    try:
+        return (yield)
+    except BaseException:  # a conftest failed to import: no pytest_unconfigure will follow
+        early.close(early_config)
+        raise
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     if config.getoption("syncguard_child", None):  # an isolate child: before any pytest_configure

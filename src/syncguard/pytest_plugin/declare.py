@@ -48,7 +48,8 @@ DECLARED: tuple[tuple[str, str, Any, dict, str], ...] = (
      "tests run in this process)"),
     ("--syncguard-require-cuda", "syncguard_require_cuda", False,
      dict(action="store_true", default=None),
-     "fail the session when no test could be audited (a CI gate that cannot be silently green)"),
+     "fail the session when no test could be audited, or under --syncguard-predict when "
+     "nothing was predicted (a CI gate that cannot be silently green)"),
     ("--syncguard-fail-on-phase", "syncguard_fail_on_phase", (),
      dict(metavar="LIST"), "comma-separated phases (compile, graph_capture) whose syncs fail a "
      "test too; otherwise they are shown, not failing"),
@@ -126,3 +127,22 @@ def anything_given(config: pytest.Config) -> bool:
 def wants_session(item: pytest.Item) -> bool:
     """Whether a collected test carries a marker that the session must see (SESSION_MARKERS)."""
     return any(item.get_closest_marker(name) is not None for name in SESSION_MARKERS)
+
+
+def predict_asked(early_config: pytest.Config) -> bool:
+    """Whether this run asks for prediction (``--syncguard-predict`` or ``syncguard_predict``
+    in the ini) with syncguard on (``--syncguard`` or ``syncguard = true``): the settings under
+    which the session predicts (options.resolve_settings). Readable before the command line is
+    fully parsed (``pytest_load_initial_conftests``): the command line from the known-args
+    namespace, the ini as usual. A value that is not a boolean reads False here; the session
+    refuses it later, naming it."""
+    known = getattr(early_config, "known_args_namespace", None) or early_config.option
+
+    def on(dest: str) -> bool:
+        cli = getattr(known, dest, None)
+        if cli is not None:
+            return bool(cli)
+        raw = raw_ini(early_config, dest)
+        return isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on")
+
+    return on("syncguard") and on("syncguard_predict")

@@ -28,7 +28,7 @@ from syncguard.attribution.aggregate import ScopeJudge, aggregate, judge_for, sp
 from syncguard.attribution.codescope import CodeScope
 from syncguard.records.events import RegionReport, format_report
 from syncguard.pytest_plugin.examples import final_report, wrap_examples
-from syncguard.reporting.explain import failure_table, summary_lines
+from syncguard.reporting.explain import failure_table, nothing_predicted, summary_lines
 from syncguard.pytest_plugin.options import Plan, plan_for, resolve_settings
 from syncguard.pytest_plugin.poison import PoisonGuard
 from syncguard.regions.region import audit
@@ -241,12 +241,17 @@ class SyncguardSession:
         self.collection_errors = 0  # failed collectors (a worker's too, on the xdist controller)
         self.prediction = None  # --syncguard-predict: the session's predicting() block
         if self.settings.predict and self.settings.enabled:
-            from syncguard.predict import predicting
+            from syncguard.pytest_plugin import early
 
-            # open before collection: tests and skip conditions see torch.cuda.is_available();
-            # last in __init__, so that nothing after it can raise and leave it open
-            self.prediction = predicting()
-            self.prediction.__enter__()
+            # opened before the first conftest (plugin.py), else now, before collection: tests
+            # and skip conditions see torch.cuda.is_available(); last in __init__, so that
+            # nothing after it can raise and leave it open
+            self.prediction = early.adopt(config)
+            if self.prediction is None:
+                from syncguard.predict import predicting
+
+                self.prediction = predicting()
+                self.prediction.__enter__()
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -296,10 +301,15 @@ class SyncguardSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def gate_failed(self) -> bool:
-        """``--syncguard-require-cuda`` and not one test could be audited (a run that only
-        collects audits nothing and is not judged)."""
-        return (self.settings.require_cuda and self.output.writes
-                and not any(t.audited for t in self.entries.values()))
+        """``--syncguard-require-cuda`` and not one test could be audited, or, under
+        ``--syncguard-predict``, nothing was predicted (explain.nothing_predicted): either way
+        the run judged no CUDA code (a run that only collects audits nothing and is not
+        judged)."""
+        if not (self.settings.require_cuda and self.output.writes):
+            return False
+        tests = list(self.entries.values())
+        return (not any(t.audited for t in tests)
+                or (self.settings.predict and nothing_predicted(tests)))
 
     # -- one test -----------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -495,13 +505,17 @@ class SessionOutput:
         try:
             terminalreporter.write_sep("=", "syncguard", red=gate_failed)
             if gate_failed:
+                what = ("nothing was predicted" if self.settings.predict
+                        and any(t.audited for t in tests) else
+                        f"no test could be audited ({_why_none(tests)})")
                 terminalreporter.write_line(
-                    "syncguard: FAILED: --syncguard-require-cuda: no test could be audited "
-                    f"({_why_none(tests)}); the session fails", red=True, bold=True)
+                    f"syncguard: FAILED: --syncguard-require-cuda: {what}; the session fails",
+                    red=True, bold=True)
             if no_cuda_to_isolate and self.settings.isolate:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{no_cuda_to_isolate}")
-            for line in summary_lines(tests, summarize(tests), scope=self.scope):
+            for line in summary_lines(tests, summarize(tests), scope=self.scope,
+                                      predicted=self.settings.predict):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")

@@ -198,19 +198,42 @@ def _top_sites(tests: list[TestEntry], which: str, top: int) -> list[str]:
             for k, n in sites.most_common(top)]
 
 
+def nothing_predicted(tests: list[TestEntry]) -> bool:
+    """Under ``--syncguard-predict``: whether no test that ran under prediction made a call the
+    predictor reported, i.e. none has a predicted sync (in or outside the code scope, allowed or
+    not) nor a call it could not predict (its ``not_audited`` state). Tests that were off or did
+    not reach their call phase (skipped ones included) ran nothing under prediction. Such a run
+    judged no CUDA code at all: a suite that skipped its CUDA tests, or never ran them on the
+    stand-ins, reads this way (as does one whose CUDA code truly never syncs)."""
+    return not any(t.syncs or t.allowed or t.outside or t.races or t.audit == "not_audited"
+                   for t in tests if t.audit != "off")
+
+
 def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
-                  scope: str | None = None) -> list[str]:
+                  scope: str | None = None, predicted: bool = False) -> list[str]:
     """The terminal summary: counts, the scope, the call sites that synced most across the
-    session, and those outside the scope (counted, never failing)."""
+    session, and those outside the scope (counted, never failing). ``predicted``: the session
+    ran under ``--syncguard-predict``: a test that is not audited was not predicted (a call the
+    predictor cannot model), not short of CUDA, and a run that predicted nothing says so first."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
+    unseen = (f"{counts.get('not_audited', 0)} not predicted" if predicted
+              else f"{counts.get('not_audited', 0)} not audited (no CUDA)")
+    lines = []
+    if predicted and nothing_predicted(tests):  # first: a green run that saw no CUDA call
+        skipped = sum(t.outcome == "skipped" for t in tests)
+        lines.append(f"NOTHING PREDICTED: --syncguard-predict was on and no test made a call "
+                     f"the predictor reported (no predicted sync, no call it could not "
+                     f"predict): {counts.get('audited', 0)} test(s) ran under prediction, "
+                     f"{off} off/not run, {skipped} skipped"
+                     + (" (did a skip condition read torch.cuda before the session?)"
+                        if skipped else ""))
     if not counts.get("audited", 0):  # say it first: a green run that audited nothing proves nothing
-        lines = [f"NO TEST WAS AUDITED: {counts.get('not_audited', 0)} not audited (no CUDA)"
-                 + (f", {off} off/not run" if off else "")]
+        lines.append(f"NO TEST WAS AUDITED: {unseen}" + (f", {off} off/not run" if off else ""))
     else:
-        lines = [f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
-                 f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} allowed "
-                 f"only; {counts.get('not_audited', 0)} not audited (no CUDA)"
-                 + (f"; {off} not audited (off/not run)" if off else "")]
+        lines.append(f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
+                     f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} "
+                     f"allowed only; {unseen}"
+                     + (f"; {off} not audited (off/not run)" if off else ""))
     if scope:
         lines.append(f"scope: {scope}")
     ran = session_detectors(tests)
@@ -239,5 +262,6 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
                          f"{r.op or r.api}  hint: {hint_for(r)}")
     not_audited = sorted({t.reason for t in tests if t.audit == "not_audited"} - {None})
     if not_audited:
-        lines.append("not audited because: " + "; ".join(not_audited))
+        lines.append(("not predicted because: " if predicted else "not audited because: ")
+                     + "; ".join(not_audited))
     return lines
