@@ -301,15 +301,8 @@ class SyncguardSession:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def gate_failed(self) -> bool:
-        """``--syncguard-require-cuda`` and not one test could be audited, or, under
-        ``--syncguard-predict``, nothing was predicted (explain.nothing_predicted): either way
-        the run judged no CUDA code (a run that only collects audits nothing and is not
-        judged)."""
-        if not (self.settings.require_cuda and self.output.writes):
-            return False
-        tests = list(self.entries.values())
-        return (not any(t.audited for t in tests)
-                or (self.settings.predict and nothing_predicted(tests)))
+        return self.output.writes and require_cuda_failed(self.settings,
+                                                          list(self.entries.values()))
 
     # -- one test -----------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -377,17 +370,8 @@ class SyncguardSession:
         if state.poisoned:
             state.failed_by_us = True
             pytest.fail(self.poison.text(state.poisoned), pytrace=False)
-        judged = in_scope(rep, state.judge)
-        if judge and rep.cuda_available and not judged.clean:
-            if plan.mode == "fail":
-                state.failed_by_us = True
-                pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: "
-                                          f"{judged.summary()}", scope=state.judge),
-                            pytrace=False)
-            if plan.mode == "warn":
-                first = judged.syncs[0] if judged.syncs else judged.races[0]
-                warnings.warn_explicit(SyncguardWarning(format_report(judged)), SyncguardWarning,
-                                       first.filename or "<unknown>", first.lineno or 0)
+        if judge and rep.cuda_available:
+            _judge_call(item, state, rep)
         return result
 
     @pytest.hookimpl(wrapper=True)
@@ -521,6 +505,30 @@ class SessionOutput:
                 terminalreporter.write_line(f"report: {self.file.path}")
         except Exception as e:  # a summary must never turn a run into an internal error
             terminalreporter.write_line(f"syncguard: could not print the summary: {e!r}")
+
+
+def require_cuda_failed(settings, tests: list[TestEntry]) -> bool:
+    """``--syncguard-require-cuda`` and not one test could be audited, or, under
+    ``--syncguard-predict``, nothing was predicted (explain.nothing_predicted): either way the
+    run judged no CUDA code (a run that only collects audits nothing and is not judged)."""
+    if not settings.require_cuda:
+        return False
+    return not any(t.audited for t in tests) or bool(settings.predict and nothing_predicted(tests))
+
+
+def _judge_call(item: pytest.Item, state, rep) -> None:
+    """Fail or warn for the call phase's in-scope syncs, as the test's mode says."""
+    judged = in_scope(rep, state.judge)
+    if judged.clean:
+        return
+    if state.plan.mode == "fail":
+        state.failed_by_us = True
+        pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: {judged.summary()}",
+                                  scope=state.judge), pytrace=False)
+    if state.plan.mode == "warn":
+        first = judged.syncs[0] if judged.syncs else judged.races[0]
+        warnings.warn_explicit(SyncguardWarning(format_report(judged)), SyncguardWarning,
+                               first.filename or "<unknown>", first.lineno or 0)
 
 
 def _scope_options(scope: CodeScope) -> dict[str, str]:
