@@ -292,6 +292,7 @@ class CuptiHub(CallPath, CuptiCalls):
                 self.weaker = (f"CUPTI not taken back after torch.profiler ({e}); "
                                "Kineto keeps its CUPTI subscriber once it has profiled")
                 raise DetectorUnavailable(self.weaker) from None
+            self.weaker = str(e)  # another client (a profiler before any region) holds it
             raise
         self.weaker = None
 
