@@ -35,6 +35,7 @@ from syncguard.detectors.seam import DetectorUnavailable
 
 #: how long a hand-over waits for callbacks still running before it unsubscribes anyway
 DRAIN_S = 2.0
+_threads, _get_ident = routing.threads, threading.get_ident
 
 
 class CuptiCalls:
@@ -225,9 +226,11 @@ class CuptiHub(CallPath, CuptiCalls):
                 self._first_region()
             self.users += 1
             self.regions.append(region)
-            thread = threading.get_ident()
+            thread = _get_ident()
             region.state["cuda_thread"] = thread
-            self._route(thread, 1)
+            _threads[thread] = _threads.get(thread, 0) + 1  # routing.route, inline: every region
+            if self.fast is not None:
+                self.fast.route(thread, 1)
 
     def release(self, region) -> None:
         with self.lock:
@@ -235,7 +238,15 @@ class CuptiHub(CallPath, CuptiCalls):
                 return
             self.regions.remove(region)
             self.users -= 1
-            self._route(region.state.pop("cuda_thread", 0), -1)
+            thread = region.state.pop("cuda_thread", 0)
+            if thread:  # routing.route, inline: every region
+                n = _threads.get(thread, 0) - 1
+                if n > 0:
+                    _threads[thread] = n
+                else:
+                    _threads.pop(thread, None)
+                if self.fast is not None:
+                    self.fast.route(thread, -1)
             if self.users == 0:
                 self._last_region()
 
