@@ -56,6 +56,7 @@ from syncguard.records.events import (_SYNC_FIELDS, BLOCKING_COPY_D2H, BLOCKING_
                       STREAM_SYNC, SyncEvent)
 from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.cuda import cupti as C
+from syncguard.detectors.cuda import neighbours
 from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
                         CudaCall, callback_table, canonical)
 from syncguard.detectors.cuda.hostmem import ActivityRecords, ByCorrelation, pointer_functions, pointer_kinds
@@ -231,9 +232,7 @@ class CuptiHub(CallPath, CuptiCalls):
         except BaseException as e:
             raise DetectorUnavailable(str(e)) from None
         if code != C.SUCCESS:
-            raise DetectorUnavailable(
-                f"cuptiSubscribe failed: {self.lib.error_name(code)} (another CUPTI client, such as "
-                "torch.profiler earlier in this process, holds the one subscriber slot)")
+            raise DetectorUnavailable(neighbours.refused(self.lib.error_name(code)))
         self.subscribed, self.parked = True, False
         try:
             if fresh:
@@ -398,7 +397,8 @@ class Cuda:
         self.hub = hub
 
     def unavailable(self) -> str | None:
-        return self.hub.unavailable()
+        # another CUPTI tool (nsys, compute-sanitizer...) in the process: CUPTI is left to it
+        return neighbours.present() or self.hub.unavailable()
 
     @property
     def callback(self) -> str:
@@ -406,6 +406,8 @@ class Cuda:
         return self.hub.callback
 
     def arm(self, region) -> None:
+        if neighbours.present():  # asked for by name, still never beside another CUPTI tool
+            raise DetectorUnavailable(neighbours.present())
         self.hub.acquire(region)
 
     def disarm(self, region) -> None:
