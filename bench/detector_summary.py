@@ -168,7 +168,9 @@ def render(doc: dict, detail: dict) -> list[str]:
     p = doc["profiler"]
     lines += ["", f"Profiler scenarios: {p['scenarios']}, profiler errors {p['profiler_errors']}, "
               f"regions without the cuda detector {p['regions_without_cuda']} "
-              f"({detail['profiler']['regions_without_cuda_unnamed']} of them without a reason), "
+              f"({detail['profiler']['regions_without_cuda_unnamed']} of them without a reason; "
+              f"{detail['profiler']['regions_handed_over']} region(s) handed CUPTI to a profiler "
+              "that started inside them), "
               f"traces differing from the run without syncguard "
               f"{detail['profiler']['traces_differing']}.", "",
               "| scenario | exit codes (bare, audited) | profiler error | same trace | regions | "

@@ -40,7 +40,8 @@ def test_a_missing_sync_in_the_trace_a_profiler_error_and_an_unnamed_fallback_ar
     assert [v["same_trace"] for v in verdicts] == [False, False, True]
     assert [v["without_cuda_reasons"] for v in verdicts] == [["cuptiSubscribe failed: ..."], [], []]
     assert summary(verdicts) == {"scenarios": 3, "profiler_errors": 2, "regions_without_cuda": 2,
-                                 "regions_without_cuda_unnamed": 1, "traces_differing": 2}
+                                 "regions_without_cuda_unnamed": 1, "regions_handed_over": 0,
+                                 "traces_differing": 2}
 
 
 def test_a_bare_run_without_a_trace_never_counts_as_the_same_trace():

@@ -60,7 +60,10 @@ def region_record(report) -> dict:
 
     return {"detectors": list(report.detectors), "detector_reason": report.detector_reason,
             "notes": list(report.notes), "syncs": [e.kind for e in report.syncs],
-            "weaker": weaker_mark(("auto",), report)}
+            "weaker": weaker_mark(("auto",), report),
+            # a profiler started inside the region: CUPTI handed over, the rest of the region
+            # watched by sync-debug mode only; the hub's note says so (detectors/cuda/hub.py)
+            "handed_over": any("took CUPTI" in n for n in report.notes)}
 
 
 def program(where: str, thread: bool, audited: bool) -> dict:
@@ -157,6 +160,7 @@ def judge(bare: dict, audited: dict) -> dict:
         "regions_without_cuda": len(without),
         "without_cuda_unnamed": sum(1 for r in without if not (r["weaker"] or {}).get("reason")),
         "without_cuda_reasons": [r["weaker"]["reason"] for r in without if r["weaker"]],
+        "handed_over": sum(1 for r in audited["regions"] if r.get("handed_over")),
         "region_records": audited["regions"],
     }
 
@@ -186,6 +190,7 @@ def summary(verdicts: list[dict]) -> dict:
                                    or v["returncodes"][1] != 0),
             "regions_without_cuda": sum(v["regions_without_cuda"] for v in verdicts),
             "regions_without_cuda_unnamed": sum(v["without_cuda_unnamed"] for v in verdicts),
+            "regions_handed_over": sum(v.get("handed_over", 0) for v in verdicts),
             "traces_differing": sum(1 for v in verdicts if not v["same_trace"])}
 
 
