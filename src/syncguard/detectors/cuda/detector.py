@@ -51,7 +51,9 @@ from syncguard.records.events import (_SYNC_FIELDS, BLOCKING_COPY_D2H, BLOCKING_
                       STREAM_SYNC, SyncEvent)
 from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, CudaCall,  # noqa: F401
                         canonical)
+from syncguard.detectors.cuda import neighbours
 from syncguard.detectors.cuda.hostmem import ByCorrelation, pointer_functions, pointer_kinds
+from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.cuda.hub import (HUB, CuptiHub, fast_callback, unwrap,  # noqa: F401
                                           wrap_profiler)
 
@@ -65,7 +67,8 @@ class Cuda:
         self.hub = hub
 
     def unavailable(self) -> str | None:
-        return self.hub.unavailable()
+        # another CUPTI tool (nsys, compute-sanitizer...) in the process: CUPTI is left to it
+        return neighbours.present() or self.hub.unavailable()
 
     @property
     def callback(self) -> str:
@@ -78,6 +81,8 @@ class Cuda:
         return self.hub.weaker
 
     def arm(self, region) -> None:
+        if neighbours.present():  # asked for by name, still never beside another CUPTI tool
+            raise DetectorUnavailable(neighbours.present())
         self.hub.acquire(region)
 
     def disarm(self, region) -> None:

@@ -29,6 +29,7 @@ import threading
 from syncguard.attribution.frames import user_site
 from syncguard.detectors import routing
 from syncguard.detectors.cuda import cupti as C
+from syncguard.detectors.cuda import neighbours
 from syncguard.detectors.cuda.calls import BackwardOwners, CallPath, callback_table
 from syncguard.detectors.cuda.hostmem import ActivityRecords
 from syncguard.detectors.seam import DetectorUnavailable
@@ -316,9 +317,7 @@ class CuptiHub(CallPath, CuptiCalls):
         except BaseException as e:
             raise DetectorUnavailable(str(e)) from None
         if code != C.SUCCESS:
-            raise DetectorUnavailable(
-                f"cuptiSubscribe failed: {self.lib.error_name(code)} (another CUPTI client, such as "
-                "torch.profiler earlier in this process, holds the one subscriber slot)")
+            raise DetectorUnavailable(neighbours.refused(self.lib.error_name(code)))
         self.subscribed, self.closing, self._ids_on = True, False, True
         self._with = self.fast  # the callback subscribed: the C module, or None (Python)
         if not self._saved_profiler:
