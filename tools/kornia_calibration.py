@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(calib.stderr)
             return calib.returncode
         detail = json.loads(full.read_text())
-        with gzip.open(args.out / "kornia-predicted.json.gz", "wb", mtime=0) as f:
+        with gzip.GzipFile(args.out / "kornia-predicted.json.gz", "wb", mtime=0) as f:
             f.write(predicted.read_bytes())
     result = {"suite": f"kornia {commit[:7]}", "gpu_report": GPU_REPORT,
               **{k: detail[k] for k in FIGURES},
