@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
               "commit": os.environ.get("SYNCGUARD_GIT_COMMIT") or _commit(ROOT),
               "kornia_commit": commit, "predicted_report": "reports/predict/"
               "kornia-predicted.json.gz",
-              "command": "pytest " + " ".join(cmd[3:]).replace(str(predicted),
+              "command": "pytest " + " ".join(cmd[2:]).replace(str(predicted),
                                                                 "kornia-predicted.json"),
               "pytest_exit": ran.returncode, "wall_s": wall, "counts": detail["counts"]}
     (args.out / "kornia.json").write_text(json.dumps(result, indent=1) + "\n")
