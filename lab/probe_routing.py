@@ -186,7 +186,9 @@ def costs(n: int) -> dict:
         stop.set()
         th.join()
     med = lambda v: round(statistics.median(v), 2)  # noqa: E731
-    return {"n": n, "detectors": detectors,
+    from syncguard.detectors.cuda.hub import HUB
+
+    return {"n": n, "detectors": detectors, "callback": HUB.callback,
             "empty_region_us": med(empty), "empty_region_q1_q3_us": [
                 round(q, 2) for q in statistics.quantiles(empty, n=4)[::2]],
             "item_alone_us": med(alone), "item_in_region_us": med(inside),

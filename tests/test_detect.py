@@ -642,7 +642,11 @@ def test_subscribe_failure_is_a_clear_unavailable_reason(path):
     hub = FakeHub(subscribe_error=39, path=path)
     with pytest.raises(DetectorUnavailable, match="cuptiSubscribe failed: err39"):
         hub.acquire(FakeRegion())
-    assert hub.users == 0 and not hub.subscribed
+    assert hub.users == 0 and not hub.subscribed and hub.weaker.startswith("cuptiSubscribe failed: err39")
+    hub.lib.lib.subscribe_error = 0
+    hub.acquire(a := FakeRegion())
+    assert hub.subscribed and hub.weaker is None
+    hub.release(a)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -36,6 +36,7 @@ from syncguard.detectors.seam import DetectorUnavailable
 
 #: how long a hand-over waits for callbacks still running before it unsubscribes anyway
 DRAIN_S = 2.0
+_threads, _get_ident = routing.threads, threading.get_ident
 
 
 class CuptiCalls:
@@ -226,9 +227,11 @@ class CuptiHub(CallPath, CuptiCalls):
                 self._first_region()
             self.users += 1
             self.regions.append(region)
-            thread = threading.get_ident()
+            thread = _get_ident()
             region.state["cuda_thread"] = thread
-            self._route(thread, 1)
+            _threads[thread] = _threads.get(thread, 0) + 1  # routing.route, inline: every region
+            if self.fast is not None:
+                self.fast.route(thread, 1)
 
     def release(self, region) -> None:
         with self.lock:
@@ -236,7 +239,15 @@ class CuptiHub(CallPath, CuptiCalls):
                 return
             self.regions.remove(region)
             self.users -= 1
-            self._route(region.state.pop("cuda_thread", 0), -1)
+            thread = region.state.pop("cuda_thread", 0)
+            if thread:  # routing.route, inline: every region
+                n = _threads.get(thread, 0) - 1
+                if n > 0:
+                    _threads[thread] = n
+                else:
+                    _threads.pop(thread, None)
+                if self.fast is not None:
+                    self.fast.route(thread, -1)
             if self.users == 0:
                 self._last_region()
 
@@ -293,6 +304,7 @@ class CuptiHub(CallPath, CuptiCalls):
                 self.weaker = (f"CUPTI not taken back after torch.profiler ({e}); "
                                "Kineto keeps its CUPTI subscriber once it has profiled")
                 raise DetectorUnavailable(self.weaker) from None
+            self.weaker = str(e)  # another client (a profiler before any region) holds it
             raise
         self.weaker = None
 
