@@ -155,6 +155,12 @@ def cupti_raw(callback, ids, name=None):
 
     @contextlib.contextmanager
     def cm():
+        with HUB.lent():  # the hub keeps CUPTI between regions: lent for the row (untimed below)
+            with raw():
+                yield
+
+    @contextlib.contextmanager
+    def raw():
         t_enter = time.perf_counter()
         handle = ctypes.c_void_p()
         code = lib.cuptiSubscribe(ctypes.byref(handle), cb, None)
@@ -213,11 +219,9 @@ def apis_called(work, st) -> dict:
 def region_pieces(reps: int = 41) -> dict:
     """Where a cuda region's entry and exit time goes: each step the hub takes, timed alone
     (median of ``reps``), outside any region; and an empty ``audit(cuda)`` for the total."""
-    from syncguard.detectors.cuda import cupti as C
-    from syncguard.detectors.cuda.detector import HUB, unwrap, wrap_profiler_start
+    from syncguard.detectors.cuda.hub import HUB, unwrap, wrap_profiler
 
     HUB.unavailable()
-    lib = HUB.lib
     times: dict = collections.defaultdict(list)
 
     def clock(name, fn):
@@ -232,19 +236,15 @@ def region_pieces(reps: int = 41) -> dict:
             t_in = time.perf_counter()
         t_out = time.perf_counter()
         times["empty audit(cuda): enter + exit"].append((t_out - t_in) * 1e3)
-        handle = ctypes.c_void_p()
-        cb = HUB._cb if HUB.fast is None else HUB._cb_fast
-        code = clock("cuptiSubscribe", lambda: lib.lib.cuptiSubscribe(ctypes.byref(handle), cb, None))
-        if code != C.SUCCESS:
-            raise RuntimeError(f"cuptiSubscribe failed: {lib.error_name(code)}")
-        saved_handle, HUB.handle = HUB.handle, handle
-        try:
-            clock(f"enable the {len(HUB.table)} callback ids ({HUB.callback})", lambda: HUB._switch(1))
-            clock("disable them", lambda: HUB._switch(0))
-        finally:
-            HUB.handle = saved_handle
-            clock("cuptiUnsubscribe", lambda: lib.lib.cuptiUnsubscribe(handle))
-        saved = clock("wrap the profiler's start", lambda: wrap_profiler_start(HUB.hand_over))
+        if HUB.subscribed:  # the subscription is kept between regions: given back and taken again
+            with HUB.lock:
+                clock("give CUPTI back (gate shut, ids off, drained, unsubscribed)", HUB._give_back)
+                clock(f"take it again (subscribe, enable the {len(HUB.table)} ids; {HUB.callback})",
+                      HUB._take)
+                clock("disable the ids", lambda: HUB._switch(0))
+                clock("enable them", lambda: HUB._switch(1))
+        saved = clock("wrap the profiler's start and stop",
+                      lambda: wrap_profiler(HUB.hand_over, HUB.take_back))
         clock("unwrap it", lambda: unwrap(saved))
         clock("install the backward-engine proxy", HUB.backward.install)
         clock("restore the engine", HUB.backward.restore)
@@ -277,12 +277,11 @@ def region_breakdown(work, st, reps: int = 21) -> dict:
     targets = [(scope.Region, n) for n in ("__enter__", "_cuda_unavailable", "_arm", "__exit__",
                                            "_disarm", "_finalize", "_judge")]
     targets += [(registry, "resolve"), (torch.cuda, "is_available"), (torch.cuda, "init")]
-    targets += [(HUB, n) for n in ("acquire", "_subscribe", "_switch", "release", "_park",
-                                   "_unsubscribe", "flush")]
+    targets += [(HUB, n) for n in ("acquire", "_take", "_subscribe", "_switch", "release",
+                                   "_first_region", "_last_region", "flush")]
     targets += [(HUB.backward, "install"), (HUB.backward, "restore"), (HUB.lib.lib, "cuptiSubscribe"),
                 (HUB.lib.lib, "cuptiUnsubscribe")]
-    targets += [(cuda_mod, n) for n in ("wrap_profiler_start", "unwrap", "pointer_kinds",
-                                        "combine_by_pointer", "combine")]
+    targets += [(cuda_mod, n) for n in ("pointer_kinds", "combine_by_pointer", "combine")]
     saved = []
     for owner, name in targets:
         had = name in vars(owner) if isinstance(owner, type) or hasattr(owner, "__dict__") else True

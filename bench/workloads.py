@@ -39,3 +39,33 @@ def train_step():
         model(data).square().mean().backward()
         opt.step()
     return step
+
+
+def dataloader_steps(steps: int = 64, batch: int = 512, width: int = 1024):
+    """epoch(region): one pass of a 3-layer MLP (``width`` wide) with SGD over ``steps`` batches
+    of a DataLoader with two worker processes and ``pin_memory=True``, so worker processes and
+    the pin-memory thread are alive while it runs; each step (copy in, forward, backward, step,
+    ``loss.item()`` as a training loop logs it) inside ``region()``, a new context manager per
+    step (``contextlib.nullcontext`` for the bare loop, ``syncguard.audit`` for one region per
+    step). The workers persist across epochs: an epoch times steps, not worker start-up."""
+    import torch
+
+    data = torch.utils.data.TensorDataset(torch.randn(steps * batch, width),
+                                          torch.randn(steps * batch, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=batch, num_workers=2, pin_memory=True,
+                                         persistent_workers=True)
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 1)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def epoch(region):
+        for xb, yb in loader:
+            with region():
+                xb, yb = xb.cuda(non_blocking=True), yb.cuda(non_blocking=True)
+                loss = torch.nn.functional.mse_loss(model(xb), yb)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                loss.item()
+    return epoch

@@ -326,10 +326,10 @@ def test_reports_of_schema_1_are_read_and_others_refused(tmp_path):
     (tmp_path / "v1.json").write_text(json.dumps(v1))
     (t,) = sessionfile.load_document(tmp_path / "v1.json")["tests"]
     assert [(r.lineno, r.count) for r in t.syncs] == [(3, 2), (4, 1)] and t.outside == ()
-    (tmp_path / "v5.json").write_text(json.dumps({**v1, "schema_version": 5}))
-    with pytest.raises(SchemaError, match=r"v5.json: session report has schema_version 5; "
-                                          r"this syncguard reads 1, 2, 3, 4$"):
-        sessionfile.load_document(tmp_path / "v5.json")
+    (tmp_path / "v6.json").write_text(json.dumps({**v1, "schema_version": 6}))
+    with pytest.raises(SchemaError, match=r"v6.json: session report has schema_version 6; "
+                                          r"this syncguard reads 1, 2, 3, 4, 5$"):
+        sessionfile.load_document(tmp_path / "v6.json")
 
 
 def test_hypothesis_examples_are_judged_in_scope(project, run):

@@ -6,6 +6,7 @@ probe-2.11.0.json and reports/trace-records-*.json); the debug hub is driven by 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -306,6 +307,7 @@ class FakeHub(CuptiHub):
 
     def __init__(self, subscribe_error=0, path="python"):
         super().__init__()
+        _HUBS.append(self)
         fake = FakeLib(subscribe_error, c_functions=path == "c")
         self.lib = types.SimpleNamespace(lib=fake, path="fake",
                                          error_name=lambda c: f"err{c}",
@@ -325,6 +327,30 @@ class FakeRegion:
     def __init__(self):
         self.observations, self.state = [], {}
         self.report = types.SimpleNamespace(notes=[])
+
+
+_HUBS: list = []  # every FakeHub made by the running test, closed after it
+
+
+@pytest.fixture(autouse=True)
+def _close_fake_hubs():
+    yield
+    while _HUBS:
+        _HUBS.pop().close()
+
+
+@contextlib.contextmanager
+def _inside(hub, *regions):
+    """This thread inside ``regions`` as a region's entry on it puts it there: the regions
+    context variable set and the thread routed in the hub's routing table."""
+    token = routing.regions.set(regions)
+    me = threading.get_ident()
+    hub._route(me, 1)
+    try:
+        yield
+    finally:
+        hub._route(me, -1)
+        routing.regions.reset(token)
 
 
 def _fire(hub, domain, cbid, site, corr, params=None):
@@ -359,78 +385,239 @@ def test_every_version_of_a_watched_api_gets_its_callback_enabled():
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_subscription_is_refcounted_and_fully_undone(path):
-    """Fake libcupti: two regions, one subscription; the last release unsubscribes. Through
-    ctypes (Python callback) and through the C module's on/off (C callback) alike."""
+def test_one_subscription_for_the_process_and_a_region_is_a_route(path):
+    """Fake libcupti: the first region subscribes, every later one only routes its thread (the
+    routing table), and the last one's exit leaves CUPTI subscribed. With the C callback every id
+    stays on; with the Python one (a ctypes call per callback) they are on only while a region
+    is open. close() undoes everything, torch's profiler functions included."""
     ap = pytest.importorskip("torch.autograd.profiler")
-    before = ap._prepare_profiler
+    before = ap._prepare_profiler, ap._disable_profiler
     hub, a, b = FakeHub(path=path), FakeRegion(), FakeRegion()
+    me = threading.get_ident()
     hub.acquire(a)
     hub.acquire(b)
-    assert ap._prepare_profiler.__wrapped__ is before  # a starting profiler gets CUPTI handed over
+    assert ap._prepare_profiler.__wrapped__ is before[0]  # a starting profiler is lent CUPTI
+    assert ap._disable_profiler.__wrapped__ is before[1]  # and a stopping one gives it back
     calls = hub.lib.lib.calls
     assert calls.count("cuptiSubscribe") == 1 and calls.count("cuptiEnableCallback") == 3
     assert "cuptiEnableDomain" not in calls  # never a whole domain: launches must not call Python
+    assert routing.threads.get(me) == 2
+    if hub.fast is not None:
+        assert hub.fast.routes()[0].get(me) == 2
     hub.release(a)
-    assert hub.subscribed and "cuptiUnsubscribe" not in calls
     hub.release(b)
-    assert not hub.subscribed and calls.count("cuptiUnsubscribe") == 1
-    assert ap._prepare_profiler is before
     hub.release(b)  # releasing twice is harmless
-    assert calls.count("cuptiUnsubscribe") == 1
+    assert hub.subscribed and "cuptiUnsubscribe" not in calls and me not in routing.threads
+    assert set(hub.lib.lib.enabled.values()) == ({1} if path == "c" else {0})
+    if hub.fast is not None:
+        assert me not in hub.fast.routes()[0]
+    hub.acquire(a)  # again: no new subscription
+    assert calls.count("cuptiSubscribe") == 1 and set(hub.lib.lib.enabled.values()) == {1}
+    hub.release(a)
+    hub.close()
+    assert not hub.subscribed and calls.count("cuptiUnsubscribe") == 1
     assert set(hub.lib.lib.enabled.values()) == {0}  # switched off before unsubscribing
     assert calls.index("cuptiUnsubscribe") > max(
         i for i, c in enumerate(calls) if c == "cuptiEnableCallback")
-    hub.acquire(a)  # again: subscribed afresh, the same profiler wrapper put back
-    assert calls.count("cuptiSubscribe") == 2 and set(hub.lib.lib.enabled.values()) == {1}
-    assert ap._prepare_profiler.__wrapped__ is before
-    hub.release(a)
-    assert not hub.subscribed and ap._prepare_profiler is before
+    assert (ap._prepare_profiler, ap._disable_profiler) == before
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_last_region_parks_while_another_thread_lives_and_a_later_moment_unsubscribes(path):
-    """Fake libcupti, real thread. Unsubscribing beside a syncing thread crashed it on the H200
-    (reports/probes/cupti-threads-2.11.0/, reports/probes/stress-e8a2950/): with another
-    thread alive the last region only switches every callback off; the next region reuses the
-    subscription; a region ending with no other thread, or a profiler starting, unsubscribes."""
-    import threading
-
-    ap = pytest.importorskip("torch.autograd.profiler")
-    before = ap._prepare_profiler
+def test_a_region_ending_beside_a_live_thread_keeps_cupti_and_that_thread_is_not_routed(path):
+    """Fake libcupti, real threads. Unsubscribing beside a syncing thread crashed it on the H200
+    (reports/probes/cupti-threads-2.11.0/, reports/probes/stress-e8a2950/): nothing is
+    unsubscribed at a region's exit now, whoever lives. Another thread's calls, while this
+    thread's region is open, reach no region (its thread has no route)."""
     hub, a = FakeHub(path=path), FakeRegion()
     lib = hub.lib.lib
-    go = threading.Event()
-    t = threading.Thread(target=go.wait)
+    hub.acquire(a)
+    sync = C.StreamParams(stream=0)
+
+    def other():  # even with the region in its context: it was not entered on this thread
+        token = routing.regions.set((a,))
+        try:
+            _fire(hub, 2, 131, C.API_ENTER, 9, sync)
+            _fire(hub, 2, 131, C.API_EXIT, 9, sync)
+        finally:
+            routing.regions.reset(token)
+
+    t = threading.Thread(target=other)
     t.start()
+    t.join()
+    hub.release(a)
+    assert a.observations == [] and hub.subscribed and "cuptiUnsubscribe" not in lib.calls
+    assert not any("thread(s) alive" in n for n in a.report.notes)
+
+
+def _armed_debug(monkeypatch):
+    """sync-debug mode's hub replaced by a recorder (the CPU build has no sync-debug mode)."""
+    armed = []
+    monkeypatch.setattr(detect.HUBS.debug, "arm", lambda *a: armed.append(True))
+    monkeypatch.setattr(detect.HUBS.debug, "disarm", lambda: armed.append(False))
+    return armed
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_profiler_is_lent_cupti_cleanly_and_it_is_taken_back_at_its_stop(path, monkeypatch):
+    """Fake libcupti. At a profiler's start (hand_over): every id off before unsubscribing, the
+    C callback's gate shut; the region open goes on with sync-debug mode and says so, a region
+    entered meanwhile runs without the detector, saying why (``weaker``). At its stop
+    (take_back, no region open): subscribed again, nothing weaker."""
+    armed = _armed_debug(monkeypatch)
+    hub, a = FakeHub(path=path), FakeRegion()
+    lib = hub.lib.lib
+    hub.acquire(a)
+    hub.hand_over(Site("train.py", 12, "step"))
+    assert hub.handed and hub.hand_overs == 1 and not hub.subscribed and not hub.shared
+    calls = lib.calls
+    assert calls.count("cuptiUnsubscribe") == 1 and set(lib.enabled.values()) == {0}
+    assert calls.index("cuptiUnsubscribe") > max(
+        i for i, c in enumerate(calls) if c == "cuptiEnableCallback")
+    assert hub.weaker.startswith("torch.profiler started at train.py:12 and took CUPTI")
+    assert armed == [True] and any(hub.weaker in n and "'debug'" in n for n in a.report.notes)
+    if hub.fast is not None:
+        assert not hub.fast.gate()
+    with pytest.raises(DetectorUnavailable, match="train.py:12"):
+        hub.acquire(FakeRegion())
+    hub.hand_over(Site("train.py", 13, "step"))  # the profiler's start after its prepare: once
+    assert hub.hand_overs == 1
+    hub.release(a)
+    assert armed == [True, False]
+    hub.take_back()
+    assert hub.subscribed and not hub.handed and hub.weaker is None
+    assert calls.count("cuptiSubscribe") == 2 and set(lib.enabled.values()) == {1}
+    if hub.fast is not None:
+        assert hub.fast.gate()
+    with hub.lent():  # the same, as a context manager
+        assert hub.handed and not hub.subscribed
+    assert hub.subscribed and hub.hand_overs == 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_cupti_not_taken_back_says_why_and_each_later_region_tries_again(path):
+    """Fake libcupti refusing the second subscription, as CUPTI does while Kineto keeps its
+    subscriber (CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED): the region's reason names it;
+    once the fake lets go (as Kineto does after its teardown, TEARDOWN_CUPTI=1), the next
+    region subscribes."""
+    hub = FakeHub(path=path)
+    lib = hub.lib.lib
+    hub.acquire(a := FakeRegion())
+    hub.release(a)
+    hub.hand_over(Site())
+    lib.subscribe_error = 39
+    hub.take_back()
+    assert not hub.handed and not hub.subscribed
+    assert hub.weaker.startswith("CUPTI not taken back after torch.profiler (cuptiSubscribe failed: err39")
+    with pytest.raises(DetectorUnavailable, match="not taken back"):
+        hub.acquire(FakeRegion())
+    lib.subscribe_error = 0
+    hub.acquire(b := FakeRegion())
+    assert hub.subscribed and hub.weaker is None and lib.calls.count("cuptiSubscribe") == 4
+    hub.release(b)
+
+
+def test_wrapped_profiler_functions_call_the_hooks_around_torchs_own(monkeypatch):
+    """Fake stand-ins for torch's profiler functions: the hand-over runs before the start, the
+    take-back after the stop (even when the stop raises), a failing hook never reaches the
+    profiler, and unwrap puts torch's functions back."""
+    ap = pytest.importorskip("torch.autograd.profiler")
+    from syncguard.detectors.cuda.hub import unwrap, wrap_profiler
+
+    seen = []
+
+    def prepare(*a):
+        seen.append("prepare")
+
+    def disable():
+        seen.append("disable")
+        raise RuntimeError("stop failed")
+
+    monkeypatch.setattr(ap, "_prepare_profiler", prepare)
+    monkeypatch.setattr(ap, "_disable_profiler", disable)
+
+    def hand_over(site):
+        seen.append("hand_over")
+        raise ValueError("a hook that fails")
+
+    saved = wrap_profiler(hand_over, lambda: seen.append("take_back"))
     try:
-        hub.acquire(a)
-        assert set(lib.enabled.values()) == {1}
-        hub.release(a)
-        assert hub.subscribed and hub.parked and "cuptiUnsubscribe" not in lib.calls
-        assert set(lib.enabled.values()) == {0}  # nothing reaches Python while parked
-        assert any("other thread(s) alive" in n for n in a.report.notes)
-        b = FakeRegion()
-        hub.acquire(b)  # the parked subscription is switched back on, not subscribed again
-        assert lib.calls.count("cuptiSubscribe") == 1 and set(lib.enabled.values()) == {1}
-        assert not hub.parked
-        hub.release(b)
-        assert hub.parked
-        assert not b.report.notes  # said once per process, by the first region that parked
-        hub.hand_over(Site())  # a profiler starting takes CUPTI from a parked hub
-        assert not hub.subscribed and lib.calls.count("cuptiUnsubscribe") == 1
-        assert ap._prepare_profiler is before
-        hub.acquire(b)
-        hub.release(b)
-        assert hub.parked
+        ap._prepare_profiler(1)
+        with pytest.raises(RuntimeError, match="stop failed"):
+            ap._disable_profiler()
     finally:
-        go.set()
-        t.join()
-    c = FakeRegion()
-    hub.acquire(c)
-    hub.release(c)  # no other thread now: fully undone
-    assert not hub.subscribed and not hub.parked and lib.calls.count("cuptiUnsubscribe") == 2
-    assert set(lib.enabled.values()) == {0} and ap._prepare_profiler is before
+        unwrap(saved)
+    assert seen == ["hand_over", "prepare", "disable", "take_back"]
+    assert ap._prepare_profiler is prepare and ap._disable_profiler is disable
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_a_hand_over_waits_for_a_callback_still_running_before_it_unsubscribes(monkeypatch):
+    """Fake libcupti, real threads: a callback of the C module is still running on another
+    thread (held inside the Python hand-over a backward pass's engine thread takes, until a
+    timer lets it go); the hand-over shuts the gate, switches the ids off and waits, with the
+    GIL released, for it to return before it unsubscribes."""
+    _armed_debug(monkeypatch)
+    hub = FakeHub(path="c")
+    lib = hub.lib.lib
+    inside, release = threading.Event(), threading.Event()
+
+    def held(*args):
+        inside.set()
+        release.wait(10)
+        lib.calls.append("callback returned")
+
+    hub._callback = held
+    hub.use_fast()
+    hub.acquire(a := FakeRegion())
+    hub.backward.active[1] = ((), (), Site(), "x")  # a backward pass in flight: engine threads
+    hub.fast.route_backward(1)                     # go the Python way
+    sync = C.StreamParams(stream=0)
+    t = threading.Thread(target=lambda: _fire(hub, 2, 131, C.API_ENTER, 1, sync))
+    t.start()
+    assert inside.wait(10)
+    threading.Timer(0.3, release.set).start()
+    t0 = time.perf_counter()
+    hub.hand_over(Site())
+    waited = time.perf_counter() - t0
+    t.join()
+    hub.fast.route_backward(-1)
+    hub.backward.active.clear()
+    assert waited >= 0.25 and "callbacks still ran" not in hub.weaker
+    assert lib.calls.index("callback returned") < lib.calls.index("cuptiUnsubscribe")
+    hub.release(a)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("version", [130001, 130200])
+def test_a_cupti_that_takes_several_subscribers_is_shared_and_never_handed_over(path, version):
+    """Fake libcupti with a cuptiSubscribe_v2 (no GPU, no CUPTI 13.2 here: the device's 13.0
+    lacks it): from version 13.2 on the hub subscribes with allowMultipleSubscribers and a
+    profiler starting takes nothing from it; before 13.2 (13.0.1 exports the entry point but
+    refuses it) the one-subscriber way, and the hand-over."""
+    hub = FakeHub(path=path)
+    lib = hub.lib.lib
+    got = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.POINTER(C.SubscriberParams))
+
+    def subscribe_v2(handle, cb, userdata, params):
+        lib.calls.append("cuptiSubscribe_v2")
+        p = params.contents
+        got.append((p.structSize, p.allowMultipleSubscribers, p.subscriberName))
+        handle[0] = 0x5ca1ab1e
+        return 0
+
+    v2 = proto(subscribe_v2)
+    hub.lib.shared_subscribe = lambda: v2 if version >= C.SHARED_SUBSCRIBE_VERSION else None
+    hub.acquire(a := FakeRegion())
+    hub.release(a)
+    hub.hand_over(Site())
+    if version >= C.SHARED_SUBSCRIBE_VERSION:
+        assert hub.shared and hub.subscribed and not hub.handed and hub.hand_overs == 0
+        assert got == [(ctypes.sizeof(C.SubscriberParams), 1, b"syncguard")]
+        assert "cuptiSubscribe" not in lib.calls and "cuptiUnsubscribe" not in lib.calls
+    else:
+        assert not hub.shared and hub.handed and got == [] and lib.calls.count("cuptiSubscribe") == 1
 
 
 def test_a_failure_after_subscribing_gives_the_subscription_back():
@@ -455,7 +642,11 @@ def test_subscribe_failure_is_a_clear_unavailable_reason(path):
     hub = FakeHub(subscribe_error=39, path=path)
     with pytest.raises(DetectorUnavailable, match="cuptiSubscribe failed: err39"):
         hub.acquire(FakeRegion())
-    assert hub.users == 0 and not hub.subscribed
+    assert hub.users == 0 and not hub.subscribed and hub.weaker.startswith("cuptiSubscribe failed: err39")
+    hub.lib.lib.subscribe_error = 0
+    hub.acquire(a := FakeRegion())
+    assert hub.subscribed and hub.weaker is None
+    hub.release(a)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -502,11 +693,8 @@ def test_a_copy_made_while_torch_compiles_has_the_compile_phase(path):
         _fire(hub, 2, 41, C.API_ENTER, corr, copy); _fire(hub, 2, 41, C.API_EXIT, corr, copy)
 
     def elsewhere():
-        token = routing.regions.set((region,))
-        try:
+        with _inside(hub, region):
             one_copy(3)
-        finally:
-            routing.regions.reset(token)
 
     token = routing.regions.set((region,))
     try:

@@ -507,8 +507,8 @@ def test_report_schema_and_no_cuda(pytester, run):
     doc = _doc(pytester, "sub/r.json")
     assert doc["complete"] is True and doc["options"]["detectors"] == list(DETECTORS)
     t = _tests(doc)
-    for entry in t.values():
-        assert tuple(entry) == sessionfile.TEST_FIELDS
+    for entry in t.values():  # weaker: written only for a test judged by weaker detectors
+        assert tuple(entry) == tuple(f for f in sessionfile.TEST_FIELDS if f != "weaker")
     assert t["test_a"]["audit"] == "not_audited" and "CUDA is not available" in t["test_a"]["reason"]
     assert (t["test_skipped"]["outcome"], t["test_skipped"]["audit"]) == ("skipped", "off")
     assert t["test_xf"]["outcome"] == "xfailed"
@@ -933,7 +933,7 @@ def test_each_audited_test_names_the_detectors_that_judged_it(pytester, run):
     """)
     run("--syncguard", FAKE, "--syncguard-report=r.json").assert_outcomes(passed=3, skipped=1)
     raw = sessionfile.read_json(pytester.path / "r.json")
-    assert raw["schema_version"] == 4
+    assert raw["schema_version"] == 5
     by_id = {t["nodeid"].split("::")[-1]: t for t in raw["tests"]}
     assert [by_id[n]["detectors"] for n in ("test_a", "test_marked", "test_races")] == [
         ["fake"], ["fake", "trace"], ["fake", "races"]]

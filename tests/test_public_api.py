@@ -44,6 +44,7 @@ CLI = {
     "report": ["--baseline", "--format", "--fail-on", "--update-baseline",
                "--drop-baseline-run", "--output", "--allow-mixed-commits", "--all"],
     "atlas": ["--format", "--output"],
+    "calibrate": ["--json", "--markdown", "--suite"],
 }
 
 
@@ -89,7 +90,7 @@ def test_pytest_options_ini_keys_markers_fixture_and_hook(pytester):
 def test_cli_commands_and_flags(command):
     top = subprocess.run([sys.executable, "-m", "syncguard", "--help"], capture_output=True,
                          text=True, check=True).stdout
-    assert "{report,atlas}" in top
+    assert "{report,atlas,calibrate}" in top
     for flag in CLI_TOP:
         assert flag in top, f"syncguard lost {flag}"
     out = subprocess.run([sys.executable, "-m", "syncguard", command, "--help"],

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Every GPU test and benchmark for the torch in this environment, in one device call.
-#   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison]
+#   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison|detector]
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
 # their ground truth, the whole tests/gpu suite, overhead and merge benchmarks, the thread stress
 # loop); core: matrix without the timings; overhead: only the timings (the overhead and merge benchmarks); extras: the mutation experiment, the race benchmark and the plugin's sample project
 # (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
-# the device-side row variant's first measurement; full: both (over the device's 10-minute call limit: make it two calls, matrix then
+# the device-side row variant's first measurement; detector: issue 44's detector summary (the
+# profiler scenario tests, then bench/detector_summary.py reading their verdicts); full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
@@ -87,6 +88,12 @@ if [ "$what" = devrows ]; then
   step "merge-split-same-stream-$ver" $py bench/bench_merge.py --split --variant triton_device_rows --device-rows-same-stream --out "$out/merge-split-same-stream-$ver.json"
   step "merge-host-phases-$ver" $py bench/bench_merge.py --host-phases --reps 20 --rounds 3 --out "$out/merge-host-phases-$ver.json"
   step "merge-sweep-devrows-$ver" $py bench/bench_merge.py --sweep --variant triton_device_rows --reps 50 --out "$out/merge-sweep-devrows-$ver.json"
+fi
+# detector: the profiler scenarios (each in processes of its own, their verdicts kept), then the
+# summary's timings alone on the host, reading those verdicts: OUTDIR/detector-summary.json
+if [ "$what" = detector ]; then
+  step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
+  step "detector-summary-$ver" $py bench/detector_summary.py --out "$out" --scenarios-from "$out/scenarios" --rounds "${SYNCGUARD_SUMMARY_ROUNDS:-60}"
 fi
 if [ "$what" = poison ]; then
   step poison-serial $py -m pytest $C samples/gpu_project/poison $P --syncguard --syncguard-report="$out/poison-serial.json"

@@ -4,9 +4,9 @@ shell loop in tools/gpu_suite.sh counts exit codes over several processes of eac
 side, so a crash is attributed to syncguard only if bare never crashes.
 
 Why: unsubscribing CUPTI beside a thread inside a CUDA call crashed the process (the CUPTI-only
-probe's runs: reports/probes/cupti-threads-2.11.0/; docs/detectors.md tells the story), so the
-detector parks CUPTI instead (src/syncguard/detectors/cuda/detector.py). This rechecks that on
-every torch of the GPU suite.
+probe's runs: reports/probes/cupti-threads-2.11.0/; docs/cuda-detector.md tells the story), so
+the detector keeps its one subscription and routes regions by thread instead
+(src/syncguard/detectors/cuda/hub.py). This rechecks that on every torch of the GPU suite.
 """
 import contextlib
 import faulthandler

@@ -1,4 +1,5 @@
-"""``syncguard report``: the run matrix of several session reports, gated against a baseline.
+"""``syncguard report``: the run matrix of several session reports, gated against a baseline
+(``syncguard atlas`` and ``syncguard calibrate``: atlas/render.py, reporting/calibration.py).
 
 Exit codes: 0 fine, 1 the gate chosen by ``--fail-on`` tripped, 2 bad input (one line on stderr;
 nothing is written). All input is read and checked before anything is written.
@@ -15,6 +16,7 @@ from pathlib import Path
 from syncguard import __version__
 from syncguard.atlas import render as atlas
 from syncguard.reporting import baseline as bl
+from syncguard.reporting import calibration
 from syncguard.reporting import matrix as mx
 from syncguard.records.events import SchemaError
 from syncguard.reporting.formats import FORMATS
@@ -75,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                           "2 otherwise, marked with a dagger when allowed (default: off)")
     atlas.add_arguments(sub.add_parser("atlas", help="which operations wait, per torch version "
                                                      "(corpus runs)"))
+    calibration.add_arguments(sub.add_parser(
+        "calibrate", help="agreement of a predicted run with a GPU run of the same suite",
+        description=calibration.__doc__.split("\n\n", 1)[0]))
     return parser
 
 
@@ -242,6 +247,16 @@ def atlas_command(args: argparse.Namespace) -> int:
         raise InputError(f"{args.output}: cannot write ({e.strerror or e})") from None
 
 
+def calibrate_command(args: argparse.Namespace) -> int:
+    """``syncguard calibrate``: a GPU report and a predicted one -> agreement figures."""
+    try:
+        return calibration.command(args)
+    except SchemaError as e:
+        raise InputError(str(e)) from None
+    except OSError as e:
+        raise InputError(f"{e.filename or '?'}: cannot write ({e.strerror or e})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
@@ -250,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "atlas":
             return atlas_command(args)
+        if args.command == "calibrate":
+            return calibrate_command(args)
         return matrix_command(args)
     except InputError as e:
         # one line whatever the input held: a report's own text (a node id, a malformed entry)

@@ -30,7 +30,10 @@ def _events(report):
 
 
 def _lasting_state():
-    """What syncguard could have left behind: compared before the first region and after the last."""
+    """What syncguard could have left behind: compared before the first region and after the last.
+    Not the CUPTI subscription, nor the wrapper around torch's profiler start and stop: the cuda
+    detector keeps both from its first region on, by design (src/syncguard/detectors/cuda/hub.py);
+    torch's own function must still be the one behind the wrapper."""
     import warnings as w
 
     import torch
@@ -40,9 +43,14 @@ def _lasting_state():
 
     return {"synchronize": id(torch.cuda.synchronize), "to": "to" in vars(torch.Tensor) and id(vars(torch.Tensor)["to"]),
             "showwarnmsg": id(w._showwarnmsg), "filters": len(w.filters),
-            "prepare_profiler": id(getattr(ap, "_prepare_profiler", None)),
-            "sync_debug_mode": torch.cuda.get_sync_debug_mode(), "cupti_subscribed": HUB.subscribed,
+            "prepare_profiler": id(_unwrapped(getattr(ap, "_prepare_profiler", None))),
+            "disable_profiler": id(_unwrapped(getattr(ap, "_disable_profiler", None))),
+            "sync_debug_mode": torch.cuda.get_sync_debug_mode(), "cupti_lent": HUB.handed,
             "autograd_engine": id(torch.autograd.variable.Variable.__dict__["_execution_engine"])}
+
+
+def _unwrapped(fn):
+    return getattr(fn, "__wrapped__", fn)
 
 
 def _raises(fn):

@@ -52,6 +52,24 @@ class Observation:
 
 Sink = Callable[[Observation], bool]
 
+#: The cuda detector's routing table, as its Python callback reads it: thread ident -> how many
+#: regions entered on that thread are open (the hub routes a region at its entry and unroutes it
+#: at its exit). A CUPTI callback on a thread with no entry returns at once: CUPTI stays
+#: subscribed between regions, and its callbacks come on every thread. The C callback keeps the
+#: same table in C (detectors/cuda/_cuptifast_c/routing.c). Which region a call then belongs to
+#: is decided as for every detector, by the regions of the calling context (:func:`deliver`).
+threads: dict[int, int] = {}
+
+
+def route(thread: int, delta: int) -> int:
+    """The regions open on ``thread`` changed by ``delta``; how many are open there now."""
+    n = threads.get(thread, 0) + delta
+    if n > 0:
+        threads[thread] = n
+    else:
+        threads.pop(thread, None)
+    return max(n, 0)
+
 
 def in_region() -> bool:
     return bool(regions.get())

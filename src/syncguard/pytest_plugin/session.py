@@ -34,6 +34,7 @@ from syncguard.pytest_plugin.options import Plan, plan_for, resolve_settings
 from syncguard.pytest_plugin.poison import PoisonGuard
 from syncguard.regions.region import audit
 from syncguard.reporting.sessionfile import AUDITED_STATES, SessionFile, TestEntry, summarize, write_atomic
+from syncguard.reporting.weaker import mark, weaker_mark
 
 MEASUREMENTS_PROPERTY = "syncguard_measurements"  # user_properties name copied into the report
 
@@ -82,8 +83,11 @@ class ItemState:
 
 
 def merged(reports: list[RegionReport]) -> RegionReport:
-    """The regions a test opened through the ``syncguard`` fixture, as one report."""
-    out = RegionReport(detectors=reports[0].detectors, detector_reason=reports[0].detector_reason,
+    """The regions a test opened through the ``syncguard`` fixture, as one report; its detectors
+    are the first region's that ran without the cuda detector, if any (the weakest, which the
+    test's ``weaker`` mark and the gate read), else the first region's."""
+    weakest = min(reports, key=lambda r: not r.detectors or "cuda" in r.detectors)
+    out = RegionReport(detectors=weakest.detectors, detector_reason=weakest.detector_reason,
                        cuda_available=all(r.cuda_available for r in reports),
                        reason=next((r.reason for r in reports if r.reason), None))
     for r in reports:
@@ -139,7 +143,8 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         examples=state.examples, measurements=measurements, worker=worker, device=device,
         events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
         detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None,
-        detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None)
+        detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None,
+        weaker=weaker_mark(plan.detectors, rep) if rep and audit_state in AUDITED_STATES else None)
 
 
 def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
@@ -532,8 +537,10 @@ def _judge_call(item: pytest.Item, state, rep) -> None:
         return
     if state.plan.mode == "fail":
         state.failed_by_us = True
-        pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: {judged.summary()}",
-                                  scope=state.judge), pytrace=False)
+        weaker = mark(weaker_mark(state.plan.detectors, rep))
+        pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: {judged.summary()}"
+                                  + (f" {weaker}" if weaker else ""), scope=state.judge),
+                    pytrace=False)
     if state.plan.mode == "warn":
         first = judged.syncs[0] if judged.syncs else judged.races[0]
         warnings.warn_explicit(SyncguardWarning(format_report(judged)), SyncguardWarning,

@@ -143,6 +143,8 @@ VALUE_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
                           "an object of counts"),
     "Mapping[str, Any]": (lambda v: _dict(v) and _json_numbers_finite(v),
                           "an object (of finite numbers)"),
+    "Mapping[str, str] | None": (_or_null(lambda v: _dict(v) and all(map(_str, v.values()))),
+                                 "an object of strings or null"),
     "dict": (_dict, "an object"),
     "dict | None": (_or_null(_dict), "an object or null"),
     "list": (_list, "a list"),

@@ -17,6 +17,7 @@ from syncguard.records.frame import Frame
 from syncguard.records.events import (BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, DEVICE_SYNC, EVENT_SYNC, IMPLICIT_FREE,
                      PAGEABLE_COPY, RegionReport, SyncEvent)
 from syncguard.reporting.sessionfile import TestEntry, session_detectors
+from syncguard.reporting.weaker import summary_line as weaker_summary
 
 _MASK_OPS = ("aten::nonzero", "aten::index", "aten::index_put_", "aten::_index_put_impl_",
              "aten::masked_select", "aten::argwhere", "aten::nonzero_static")
@@ -277,6 +278,9 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
                     if t.audited and t.detector_reason and t.detector_reason != ran)
     for why, n in sorted(other.items()):
         lines.append(f"  {n} test(s) under other detectors: {why}")
+    weaker = weaker_summary(t.weaker for t in tests if t.audited)
+    if weaker:
+        lines.append(weaker)
     rows = _top_sites(tests, "syncs", top)
     if rows:
         lines.append("top sync sites:")

@@ -25,6 +25,7 @@ from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, CaseOrder, Cell, 
                                         measurement_rows, mixed_runs, order_cases, phrases, plural,
                                         unallowed)
 from syncguard.reporting.sessionfile import summarize
+from syncguard.reporting.weaker import summary_line as weaker_summary
 
 #: provenance rows shown per run: (key of syncguard.reporting.provenance.describe, title)
 PROVENANCE_ROWS = (("commit", "project commit"), ("code", "detector code"),
@@ -47,6 +48,11 @@ def _notes(matrix: Matrix) -> list[str]:
                      "difference in such a column may come from the detector, not from torch.")
     if any(r.device != "cuda" for r in matrix.runs):
         notes.append(CPU_NOTE)
+    if len(matrix.runs) > 1:  # one run's summary says it (explain.summary_lines)
+        for run in matrix.runs:
+            line = weaker_summary(matrix.cell(run.label, n).weaker for n in matrix.nodeids)
+            if line:
+                notes.append(f"{run.label}: {line}")
     return notes
 
 
@@ -158,10 +164,13 @@ def render_markdown(matrix: Matrix, cmp: Comparison | None = None, everything: b
 def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
     """Machine-readable matrix (kind 'syncguard-matrix')."""
     def cell(c: Cell) -> dict[str, Any]:
-        return {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": phrases(c.syncs),
-                "kinds": list(c.kinds), "allowed": phrases(c.allowed),
-                "allowed_kinds": list(c.allowed_kinds), "reason": c.reason,
-                "measurements": dict(c.measurements)}
+        out = {"state": c.state, "text": c.text, "outcome": c.outcome, "syncs": phrases(c.syncs),
+               "kinds": list(c.kinds), "allowed": phrases(c.allowed),
+               "allowed_kinds": list(c.allowed_kinds), "reason": c.reason,
+               "measurements": dict(c.measurements)}
+        if c.weaker:  # judged by weaker detectors than asked (reporting/weaker.py)
+            out["weaker"] = dict(c.weaker)
+        return out
 
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "kind": "syncguard-matrix",

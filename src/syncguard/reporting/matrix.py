@@ -26,6 +26,7 @@ from syncguard.reporting import provenance
 from syncguard.reporting import timing
 from syncguard.detectors.predicted import label as predicted_label
 from syncguard.reporting.sessionfile import TestEntry, run_label
+from syncguard.reporting.weaker import mark
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
 STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off", "missing")
@@ -129,6 +130,8 @@ class Cell:
     #: audited or its report predates them. One test's region can fall back (fewer syncs seen)
     #: while the run's others do not: the baseline compares them per case
     detectors: tuple[str, ...] | None = None
+    #: the test's ``weaker`` mark (reporting/weaker.py): judged by weaker detectors than asked
+    weaker: Mapping[str, str] | None = None
 
     @property
     def n_syncs(self) -> int:
@@ -151,7 +154,8 @@ class Cell:
         if self.state in UNJUDGED:
             return {"missing": "missing", "skipped": "skipped", "off": "not audited (audit off)",
                     "not_audited": f"not audited ({self.reason or 'no reason given'})"}[self.state]
-        return summary(self.state, self.n_syncs, self.kinds, self.n_allowed, self.allowed_kinds)
+        text = summary(self.state, self.n_syncs, self.kinds, self.n_allowed, self.allowed_kinds)
+        return f"{text} {mark(self.weaker)}" if self.weaker else text
 
     @property
     def detail(self) -> str:
@@ -306,7 +310,7 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
                 tuple(sorted({e.kind or "?" for e in events})), tallies(allowed),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
                 per_site(allowed), timing.samples(test.measurements), per_site(events), audit,
-                test.detectors)
+                test.detectors, test.weaker)
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:
@@ -427,7 +431,8 @@ def order_cases(matrix: Matrix, flagged: Iterable[str] = (), everything: bool = 
     """The cases that matter first: those the baseline comparison names (``flagged``: its
     regressions, improvements, new cases), then those whose outcome changes between versions
     (:func:`changes`), then those with an unallowed sync, a race or a failure in some run, then
-    those with allowed syncs; each group in node id order. The rest (clean, skipped or not
+    those with allowed syncs or judged by weaker detectors than asked (``weaker``); each group in
+    node id order. The rest (clean, skipped or not
     audited in every run, the same across versions) follow with ``everything``, else they are
     only counted: on a real suite they are most rows, and the few that sync would be pages down."""
     flagged = set(flagged)
@@ -441,8 +446,8 @@ def order_cases(matrix: Matrix, flagged: Iterable[str] = (), everything: bool = 
             return 1
         if states & {"syncs", "failed"}:
             return 2
-        if "allowed" in states:
-            return 3
+        if "allowed" in states or any(matrix.cell(r.label, nodeid).weaker for r in matrix.runs):
+            return 3  # a clean case judged by weaker detectors than asked is shown too
         return 4
 
     ranks = {n: rank(n) for n in matrix.nodeids}

@@ -5,12 +5,13 @@ same object the plugin builds, the summary prints and the matrix reads. Written 
 interrupted run never leaves half a file; read back strictly so the reporter can say exactly what
 is wrong with an input.
 
-Document shape (``schema_version`` 4, which added a test's ``detectors``; version 3, which added
+Document shape (``schema_version`` 5, which added a test's ``weaker``; version 4, which added a
+test's ``detectors``, read as is, its tests without ``weaker``; version 3, which added
 ``detector_reason``, and version 2 read as is, their tests without ``detectors``; version 1
 documents, one record per event, are still read: their events are aggregated on load, every one
 counted as in scope since version 1 had no scopes)::
 
-    {"schema_version": 4, "kind": "syncguard-session", "complete": true,
+    {"schema_version": 5, "kind": "syncguard-session", "complete": true,
      "created": "2026-11-29T16:00:00+00:00",
      "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
@@ -36,7 +37,8 @@ counted as in scope since version 1 had no scopes)::
                 "examples": null | int, "measurements": {} , "worker": null | "gw0",
                 "device": null | "cuda:0", "events": [SyncEvent...],
                 "detector_reason": "debug,trace: cuda detector not used (...)",
-                "detectors": ["debug", "trace"]}]}
+                "detectors": ["debug", "trace"],
+                "weaker": {"detectors": "debug,trace", "reason": "cuda detector not used (...)"}}]}
 
 ``scope``: the code scope, which the gate compares, naming no source (one scope given on the
 command line or in the ini is one scope); ``scope_from``, written for a given scope only, says
@@ -48,6 +50,8 @@ fallback's reason); a test's ``detector_reason`` is written only where it differ
 own beside the prose reason: the gate compares it with the baseline's per test (one test's region
 can fall back while the run's others do not), and the reason does not name every detector (an
 ``auto`` resolved to cuda says "cuda: ..." whatever else ran beside it).
+``weaker``: written only for a test whose regions ran weaker detectors than it asked for
+(:mod:`syncguard.reporting.weaker`): what ran and why; the summary and the report formats mark it.
 
 ``syncs``/``allowed``/``outside``: one :class:`~syncguard.attribution.aggregate.SiteRecord` per (site, kind,
 API, op): unallowed syncs inside the code scope, allowed ones inside it, and every sync outside
@@ -86,8 +90,8 @@ from syncguard.records.schema import SchemaError, check_fields, check_schema, ch
 AUDIT_STATES = ("clean", "syncs", "allowed", "not_audited", "off")
 AUDITED_STATES = ("clean", "syncs", "allowed")
 #: the session document's own version (the region report and the baseline stay at 1)
-SESSION_SCHEMA_VERSION = 4
-READS = (1, 2, 3, 4)
+SESSION_SCHEMA_VERSION = 5
+READS = (1, 2, 3, 4, 5)
 #: records that keep their first stack in one document, unless --syncguard-max-stacks says
 MAX_STACKS = 5000
 
@@ -120,6 +124,9 @@ class TestEntry:
     #: names of the detectors that judged the test (RegionReport's); None where it was not
     #: audited, or its report predates them (schema 4): the gate then cannot compare them
     detectors: tuple[str, ...] | None = None
+    #: ``{"detectors": ..., "reason": ...}`` where the test's regions ran weaker detectors than
+    #: it asked for (reporting/weaker.py), else None; absent before schema 5
+    weaker: Mapping[str, str] | None = field(default=None, hash=False)
 
     @property
     def audited(self) -> bool:
@@ -136,6 +143,10 @@ class TestEntry:
                 value = dict(value)
             elif f.name == "detectors" and value is not None:
                 value = list(value)
+            elif f.name == "weaker":
+                if value is None:  # written only for a marked test (older readers lack it)
+                    continue
+                value = dict(value)
             out[f.name] = value
         return out
 
@@ -151,6 +162,10 @@ class TestEntry:
         if unknown:
             raise SchemaError(f"{data['nodeid']}: unknown fields {sorted(unknown)}")
         check_fields(cls, data, data["nodeid"])
+        weaker = data.get("weaker")
+        if weaker is not None and set(weaker) != {"detectors", "reason"}:
+            raise SchemaError(f"{data['nodeid']}: weaker has {sorted(weaker)}, not "
+                              "['detectors', 'reason']")
         try:
             syncs, allowed, outside = (_records(data.get(k)) for k in ("syncs", "allowed",
                                                                          "outside"))
@@ -159,7 +174,8 @@ class TestEntry:
                           "events": tuple(SyncEvent.from_dict(e) for e in data.get("events") or ()),
                           "measurements": dict(data.get("measurements") or {}),
                           "detectors": (None if data.get("detectors") is None
-                                        else tuple(data["detectors"]))})
+                                        else tuple(data["detectors"])),
+                          "weaker": None if weaker is None else dict(weaker)})
         except (TypeError, SchemaError) as e:
             raise SchemaError(f"{data['nodeid']}: malformed record ({e})") from None
 

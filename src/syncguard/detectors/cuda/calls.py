@@ -10,6 +10,8 @@ CUDA or raises into it.
 This is the Python callback. Where ``_cuptifast_c/`` was built, CUPTI calls that C callback
 instead, which follows the same rules and builds the same :class:`CudaCall`, and hands a call
 here only for a thread with no region while a backward pass runs (the owner logic below).
+Both return at once for a thread that the routing table (:data:`routing.threads`, and the C
+module's own) says has no region open, unless a region's backward pass runs.
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ _NO_SITE = Site()
 # bound once: the callback runs per sync or copy API call of every thread while subscribed
 _CallbackData, _API_ENTER, _MEMCPY_KIND = C.CallbackData, C.API_ENTER, C.CUDA_MEMCPY_KIND
 _regions, _allows, _now = routing.regions, routing.allows, time.perf_counter_ns
+_threads, _ident = routing.threads, threading.get_ident
 
 
 def canonical(name: str) -> str:
@@ -177,21 +180,28 @@ def callback_table(lib) -> dict:
 
 
 class CallPath:
-    """The callbacks (mixed into :class:`~syncguard.detectors.cuda.detector.CuptiHub`, which supplies
-    ``table``, ``generation``, ``backward``, ``errors`` and ``_tls``)."""
+    """The callbacks (mixed into :class:`~syncguard.detectors.cuda.hub.CuptiHub`, which supplies
+    ``table``, ``generation``, ``backward``, ``errors``, ``closing`` and ``_tls``)."""
 
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
         # Hot path: one ENTER and one EXIT per enabled API call of any thread while subscribed.
         # Per-thread state is one list [generation, depth, call, regions] (one threading.local
         # lookup); the regions are read at ENTER and the call is appended to them at EXIT.
         try:
+            if self.closing:  # CUPTI being lent to a profiler (hub.py)
+                return
             entry = self.table.get((domain, cbid))
             if entry is None:
                 return
-            data = _CallbackData.from_address(cbdata)
             st = getattr(self._tls, "st", None)
             if st is None or st[0] != self.generation:
+                # a thread with no region, no backward pass of one running: nothing to do
+                if not _threads.get(_ident()) and not self.backward.active:
+                    return
                 st = self._tls.st = [self.generation, 0, None, ()]
+            elif not st[1] and not _threads.get(_ident()) and not self.backward.active:
+                return
+            data = _CallbackData.from_address(cbdata)
             if data.callbackSite == _API_ENTER:
                 depth = st[1]
                 st[1] = depth + 1
@@ -280,6 +290,9 @@ class BackwardOwners:
         self._saved = None
         self._variable = None  # torch's Variable class, imported once
         self._proxy = None  # the proxy installed last, reused while torch's engine is the same
+        #: counts a region's backward pass in the C callback's routing table (+1 at its start, -1
+        #: at its end), so that the engine's threads, which have no region, are looked at then
+        self.count = None
 
     def install(self) -> None:
         Variable = self._variable
@@ -333,11 +346,19 @@ class _EngineProxy:
         me = threading.get_ident()
         active = self._owners.active
         outer = active.get(me)  # a backward inside a backward (checkpointing): keep the outer one
+        count = None
         if outer is None:
-            active[me] = (routing.regions.get(), routing.allows.get(),
+            regions = routing.regions.get()
+            active[me] = (regions, routing.allows.get(),
                           user_site(sys._getframe(1)), threading.current_thread().name)
+            if regions:
+                count = self._owners.count
+                if count is not None:
+                    count(1)
         try:
             return self._engine.run_backward(*args, **kwargs)
         finally:
             if outer is None:
                 active.pop(me, None)
+                if count is not None:
+                    count(-1)

@@ -153,6 +153,20 @@ def candidate_paths(major: str | None) -> list[str]:
     return out
 
 
+#: the first CUPTI whose cuptiSubscribe_v2 takes allowMultipleSubscribers (13.2: 13 * 10000 +
+#: 2 * 100, as cuptiGetVersion reports it); 13.0.1 exports the entry point but answers
+#: CUPTI_ERROR_INVALID_PARAMETER
+SHARED_SUBSCRIBE_VERSION = 130200
+
+
+class SubscriberParams(ctypes.Structure):
+    """CUpti_SubscriberParams (cupti_callbacks.h, CUPTI >= 13.2): cuptiSubscribe_v2's 4th argument."""
+
+    _fields_ = [("structSize", ctypes.c_size_t), ("subscriberName", ctypes.c_char_p),
+                ("oldSubscriberName", ctypes.c_char_p), ("oldSubscriberSize", ctypes.c_size_t),
+                ("allowMultipleSubscribers", ctypes.c_uint8), ("padding", ctypes.c_uint8 * 7)]
+
+
 class Cupti:
     """The loaded library with typed entry points; one per process (see :func:`load`)."""
 
@@ -171,6 +185,22 @@ class Cupti:
         lib.cuptiActivityFlushAll.argtypes = [ctypes.c_uint32]
         lib.cuptiActivityGetNextRecord.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
                                                    ctypes.POINTER(ctypes.c_void_p)]
+
+    def version(self) -> int | None:
+        """cuptiGetVersion's answer (13.2 is 130200), or None where it gives none."""
+        fn = getattr(self.lib, "cuptiGetVersion", None)
+        v = ctypes.c_uint32()
+        if fn is None or fn(ctypes.byref(v)) != SUCCESS:
+            return None
+        return v.value
+
+    def shared_subscribe(self):
+        """cuptiSubscribe_v2 where this CUPTI takes allowMultipleSubscribers (version checked
+        first), else None."""
+        version = self.version()
+        if version is None or version < SHARED_SUBSCRIBE_VERSION:
+            return None
+        return getattr(self.lib, "cuptiSubscribe_v2", None)
 
     def error_name(self, code: int) -> str:
         s = ctypes.c_char_p()

@@ -7,10 +7,9 @@ calls is C (``_cuptifast_c/``, an optional extension built at install) where it 
 Python (:mod:`syncguard.detectors.cuda.calls`); both keep the same fields by the same rules, and
 the report's detector reason says which ran.
 
-* Subscribed only while a region is open: a process-global hub, reference-counted across nested
-  regions and threads, unsubscribes when the last one exits; nothing stays installed. Except
-  beside a live thread: unsubscribing then crashed that thread, so the hub parks (every callback
-  off) and unsubscribes at the next safe moment (see ``CuptiHub.acquire``).
+* Subscribed once, at the first region, and kept (:mod:`syncguard.detectors.cuda.hub`): a region
+  is an entry in a routing table keyed by thread, so entering and leaving one costs no CUPTI
+  call, and a callback on a thread with no region returns at once (in C without the GIL).
 * A runtime call and the driver calls under it are one event: a per-thread depth from
   ``API_ENTER``/``API_EXIT`` keeps only the outermost call (driver calls made directly, by an
   extension, are outermost themselves).
@@ -34,359 +33,29 @@ the report's detector reason says which ran.
 * The thread, the user's line and the phase come from the callback's own thread (it runs on the
   syncing thread, before the call); region routing uses the same contextvars as every detector, so
   a call on a thread with no region costs one contextvar read.
-* CUPTI allows one subscriber per process. If a ``torch.profiler`` starts while a region holds
-  CUPTI, the hub hands CUPTI over (unsubscribes before the profiler initialises), keeps watching
-  with sync-debug mode for the rest of the region, and says so in each open region's notes. If
-  the profiler subscribed first, ``arm`` raises DetectorUnavailable and the region falls back.
+* CUPTI allows one subscriber per process (before CUPTI 13.2). A ``torch.profiler`` starting is
+  lent CUPTI (the hub drains its callbacks and unsubscribes first); regions open then keep
+  watching with sync-debug mode and say so in their notes, and CUPTI is taken back at the
+  profiler's stop where the profiler let it go; until then a region runs without this detector
+  and its report says why (:attr:`Cuda.weaker`).
 
-This module owns the subscription and turns a region's observations into events; what each
-callback records (the hot path) is :mod:`syncguard.detectors.cuda.calls`.
+This module turns a region's observations into events; the subscription, the routing and the
+hand-over are :mod:`syncguard.detectors.cuda.hub`'s; what each callback records (the hot path)
+is :mod:`syncguard.detectors.cuda.calls`.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import os
-import sys
-import threading
 
-from syncguard.detectors import routing
-from syncguard.attribution.frames import user_site
 from syncguard.records.events import (_SYNC_FIELDS, BLOCKING_COPY_D2H, BLOCKING_COPY_H2D, IMPLICIT_FREE, PAGEABLE_COPY,
                       STREAM_SYNC, SyncEvent)
+from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, CudaCall,  # noqa: F401
+                        canonical)
+from syncguard.detectors.cuda import neighbours
+from syncguard.detectors.cuda.hostmem import ByCorrelation, pointer_functions, pointer_kinds
 from syncguard.detectors.seam import DetectorUnavailable
-from syncguard.detectors.cuda import cupti as C
-from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, BackwardOwners, CallPath,  # noqa: F401
-                        CudaCall, callback_table, canonical)
-from syncguard.detectors.cuda.hostmem import ActivityRecords, ByCorrelation, pointer_functions, pointer_kinds
-
-
-class CuptiCalls:
-    """How the hub talks to libcupti: subscribe and switch every callback id on, switch them off
-    and unsubscribe. Through the C module, one call each way, where it can call CUPTI itself
-    (a real library's entry points); else through ctypes (a fake library in the CPU tests, or
-    the Python callback). Needs the hub's ``lib``, ``table``, ``handle``, ``fast``, ``_cb``,
-    ``_cb_fast``, ``_c_addr`` and ``activity``."""
-
-    def _c_entry(self) -> tuple[int, int, int] | None:
-        """cuptiSubscribe's, cuptiEnableCallback's and cuptiUnsubscribe's addresses when the C
-        module is configured and can call them itself, else None."""
-        if self.fast is None:
-            return None
-        if self._c_addr is None:  # once: the entry points stay loaded
-            lib = self.lib.lib
-            fns = (lib.cuptiSubscribe, lib.cuptiEnableCallback, lib.cuptiUnsubscribe)
-            if not all(isinstance(f, ctypes._CFuncPtr) for f in fns):
-                return None
-            self._c_addr = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
-        return self._c_addr
-
-    def _on(self, fresh: bool) -> int:
-        """Subscribe (``fresh``) and switch every id on; CUPTI's result code."""
-        # (the addresses read here once known: every region's entry comes this way)
-        c = self._c_addr if self.fast is not None else None
-        if c is None:
-            c = self._c_entry()
-        if c is not None:  # one call into C, which also makes every thread's call state stale
-            code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0)
-            if code == C.SUCCESS:
-                self.handle.value = handle
-            return code
-        if fresh:
-            cb = self._cb if self.fast is None else self._cb_fast
-            code = self.lib.lib.cuptiSubscribe(ctypes.byref(self.handle), cb, None)
-            if code != C.SUCCESS:
-                return code
-        try:
-            if self.fast is not None:
-                self.fast.new_generation()
-            self._switch(1)
-        except BaseException:
-            if fresh:  # subscribed before it failed: given back
-                self._off(unsubscribe=True)
-                self.handle.value = None
-            raise
-        return C.SUCCESS
-
-    def _switch(self, on: int) -> None:
-        c = self._c_entry()
-        if c is not None:  # one call into C for every id, not a ctypes call per id
-            self.fast.switch(c[1], self.handle.value or 0, on)
-            return
-        enable = self.lib.lib.cuptiEnableCallback
-        for domain, cbid in self.table:
-            enable(on, self.handle, domain, cbid)
-
-    def _off(self, unsubscribe: bool, switch: bool = True) -> None:
-        """Every callback off (``switch``), then the subscription given back (``unsubscribe``):
-        in that order, since unsubscribing with callbacks on crashed a syncing thread."""
-        c = self._c_addr if self.fast is not None else None
-        if c is None:
-            c = self._c_entry()
-        if c is not None and switch:
-            self.fast.off(c[1], c[2] if unsubscribe else 0, self.handle.value or 0)
-        else:
-            try:
-                if switch:
-                    self._switch(0)
-            finally:  # given back even if switching off failed
-                if unsubscribe:
-                    self.lib.lib.cuptiUnsubscribe(self.handle)
-                if self.fast is not None:  # as the C off() does: no region kept alive there
-                    self.fast.forget()
-        if self.activity.on:
-            self.activity.disable()
-
-
-class CuptiHub(CallPath, CuptiCalls):
-    """The process's CUPTI subscription, held while any cuda region is open."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.users = 0
-        self.generation = 0
-        self.lib: C.Cupti | None = None
-        self.handle = ctypes.c_void_p()
-        self.subscribed = False
-        self.parked = False  # subscribed, every callback off, no region open (see acquire)
-        self.parks = 0  # how often a region ended parked (the first one says so in its notes)
-        self.activity = ActivityRecords()
-        self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
-        self.regions: list = []
-        self.yielded: str | None = None  # why CUPTI was handed to a profiler mid-region
-        self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
-        self._saved_profiler: list = []
-        self.backward = BackwardOwners()
-        self._tls = threading.local()
-        self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
-        #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
-        self.fast = None
-        self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
-        self._c_addr = None  # see CuptiCalls._c_entry
-        self._ready = False  # unavailable() said None once: acquire need not ask again
-        self._profiler_wrappers: dict = {}  # torch's profiler start -> its wrapper, built once
-        self.callback = "Python callback (CUPTI not loaded yet)"
-        #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
-        #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
-        #: Both agree with the profiler on the ops of tests/gpu/scenarios.py; pointer costs less
-        #: (no activity buffers to flush and read).
-        self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "pointer")
-        if self.hostmem not in ("pointer", "activity"):
-            raise ValueError(f"SYNCGUARD_CUDA_HOSTMEM must be 'pointer' or 'activity', got {self.hostmem!r}")
-
-    # -- availability and the callback table ----------------------------------------------------
-    def unavailable(self) -> str | None:
-        torch = sys.modules.get("torch")
-        if torch is None:
-            return "torch is not imported"
-        if not getattr(torch.version, "cuda", None):
-            return f"torch {torch.__version__} is not a CUDA build"
-        try:
-            self._load()
-        except C.CuptiError as e:
-            return str(e)
-        if not self.table:
-            return f"{self.lib.path}: no sync or copy callback id resolved"
-        self._ready = True
-        return None
-
-    def _load(self) -> None:
-        if self.lib is None:
-            lib = C.load()
-            self.table, self.lib = callback_table(lib), lib
-            self.use_fast()
-
-    def use_fast(self) -> None:
-        """Give CUPTI the C callback when it was built and not turned off, else say why not."""
-        self.fast, self.callback = fast_callback(self)
-
-    # -- subscription ------------------------------------------------------------------------
-    # States: unsubscribed; subscribed with callbacks on (a region is open); parked (subscribed,
-    # every callback off, no region open). Unsubscribing while another thread is inside a CUDA
-    # call crashed that thread (SIGSEGV), even with the callbacks disabled first, while toggling
-    # the callbacks of a kept subscription never did. So the last region out unsubscribes only
-    # when no other Python thread is alive; otherwise it parks, and a later moment finishes the
-    # job: the next region to end with no other thread alive, or a profiler starting
-    # (:meth:`hand_over`).
-    def acquire(self, region) -> None:
-        with self.lock:
-            # once available, always: torch stays imported, the library and its table stay loaded
-            why = None if self._ready else self.unavailable()
-            if why:
-                raise DetectorUnavailable(why)
-            if self.yielded:
-                raise DetectorUnavailable(self.yielded)
-            if self.users == 0:
-                self._subscribe()
-            self.users += 1
-            self.regions.append(region)
-
-    def _subscribe(self) -> None:
-        fresh = not self.subscribed
-        self.generation += 1  # per-thread call depth from before a park is stale
-        if self.fast is not None:  # activity records are per copy: no run of copies folded then
-            self.fast.folding(self.hostmem == "pointer")
-        try:
-            code = self._on(fresh)
-        except BaseException as e:
-            raise DetectorUnavailable(str(e)) from None
-        if code != C.SUCCESS:
-            raise DetectorUnavailable(
-                f"cuptiSubscribe failed: {self.lib.error_name(code)} (another CUPTI client, such as "
-                "torch.profiler earlier in this process, holds the one subscriber slot)")
-        self.subscribed, self.parked = True, False
-        try:
-            if fresh:
-                self._saved_profiler = wrap_profiler_start(self.hand_over, self._profiler_wrappers)
-            if self.hostmem == "activity":
-                self.activity.enable(self.lib)
-            self.backward.install()
-        except BaseException as e:
-            self._unsubscribe()
-            raise DetectorUnavailable(str(e)) from None
-
-    def _park(self) -> None:
-        self.backward.restore()
-        self._off(unsubscribe=False)
-        self.parked = True
-
-    def _unsubscribe(self) -> None:
-        unwrap(self._saved_profiler)
-        self.backward.restore()
-        if self.subscribed:
-            on = not self.parked  # parked: every callback is off already
-            self.subscribed = self.parked = False
-            self._off(unsubscribe=True, switch=on)
-            self.handle.value = None
-
-    def flush(self) -> None:
-        with self.lock:
-            if self.subscribed:
-                self.activity.flush()
-
-    def release(self, region) -> None:
-        with self.lock:
-            if region not in self.regions:
-                return
-            self.regions.remove(region)
-            self.users -= 1
-            if self.users == 0:
-                try:
-                    # Python threads alive besides this one (native threads are not seen)
-                    others = threading.active_count() - 1
-                    if others and not self.yielded:
-                        self._park()
-                        if self.parks == 0:  # once per process: it is the process's state
-                            region.report.notes.append(
-                                f"cuda detector: {others} other thread(s) alive, so CUPTI stays "
-                                "subscribed with every callback off until a region ends with none "
-                                "alive or a profiler starts (unsubscribing beside a syncing thread "
-                                "crashed it)")
-                        self.parks += 1
-                    else:
-                        self._unsubscribe()
-                finally:
-                    if self.yielded:
-                        from syncguard.detectors.hooks import HUBS
-                        HUBS.debug.disarm()
-                    self.yielded = None
-                    self.activity.records.clear()
-                    self.backward.ambiguous = 0
-
-    # -- a profiler wants CUPTI ---------------------------------------------------------------
-    def hand_over(self, site) -> None:
-        """Give CUPTI to a starting profiler; watch with sync-debug mode until the regions end."""
-        with self.lock:
-            if not self.subscribed:
-                return
-            if not self.regions:  # parked: every callback is long off, nothing to hand over
-                self._unsubscribe()
-                return
-            self.flush()
-            for r in self.regions:
-                r.state.setdefault("cuda_records", {}).update(self.activity.records)
-            self._unsubscribe()
-            where = f"{site.filename}:{site.lineno}" if site.filename else "an unknown line"
-            self.yielded = (f"torch.profiler started at {where} inside a region and took CUPTI "
-                            "(one subscriber per process)")
-            from syncguard.detectors.hooks import HUBS
-            HUBS.debug.arm(routing.deliver)
-            for r in self.regions:
-                r.report.notes.append(f"{self.yielded}; from then on only stream syncs flagged by "
-                                      "sync-debug mode were seen (detector 'debug')")
-                r.state["cuda_yielded"] = True
-
-def wrap_profiler_start(hand_over, wrappers: dict | None = None) -> list:
-    """Call ``hand_over(site)`` just before torch's profiler initialises (and subscribes CUPTI);
-    returns what to restore. Installed only while subscribed. ``wrappers``: torch's function ->
-    its wrapper, kept by the caller so that a region's entry builds none."""
-    # the module as torch imported it (a region's entry runs this, and an import statement is
-    # not free with caches cold); imported here only if torch has not yet
-    ap = sys.modules.get("torch.autograd.profiler")
-    if ap is None:
-        try:
-            import torch.autograd.profiler as ap
-        except ImportError:
-            return []
-    saved = []
-    for attr in ("_prepare_profiler", "_enable_profiler"):
-        original = getattr(ap, attr, None)
-        if original is None:
-            continue
-        start_profiler = wrappers.get(original) if wrappers is not None else None
-        if start_profiler is None:
-            def start_profiler(*args, _original=original, **kwargs):
-                hand_over(user_site())
-                return _original(*args, **kwargs)
-
-            start_profiler.__wrapped__ = original
-            if wrappers is not None:
-                wrappers[original] = start_profiler
-        saved.append((ap, attr, original))
-        setattr(ap, attr, start_profiler)
-    return saved
-
-
-def unwrap(saved: list) -> None:
-    for owner, attr, original in reversed(saved):
-        setattr(owner, attr, original)
-    saved.clear()
-
-
-def fast_callback(hub: CuptiHub):
-    """(the configured ``_cuptifast`` module, "C callback"), or (None, why the Python one runs)."""
-    if os.environ.get("SYNCGUARD_CUDA_CALLBACK", "c") == "python":
-        return None, "Python callback (SYNCGUARD_CUDA_CALLBACK=python)"
-    try:
-        from syncguard.detectors.cuda import _cuptifast
-    except ImportError as e:
-        return None, f"Python callback (the C one is not built: {e})"
-    from syncguard.attribution import frames as attribution
-    from syncguard.detectors.cuda.calls import _NO_SITE, CudaCall, c_table
-
-    _cuptifast.configure(
-        table=c_table(hub.table), regions=routing.regions, allows=routing.allows,
-        backward_active=hub.backward.active, py_callback=hub._callback,
-        # torch's own per-thread getter when torch._guards is imported (one call, no wrapper)
-        compiling=attribution._compile_context_getter() or attribution.compiling,
-        code_cache=attribution._code_cache,
-        code_class=attribution._code_class, site_cache=attribution.c_site_cache,
-        make_site=attribution.site_from_frames, thread_name=_thread_name, call_type=CudaCall,
-        no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH,
-        compile_tls=attribution.compile_context_tls(),
-        # what BackwardOwners.owner() reads to tell an engine thread from one the program started
-        thread_active=getattr(threading, "_active", None),
-        dummy_thread=getattr(threading, "_DummyThread", None))
-    hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
-    routing.scopes_changed = _cuptifast.scopes_changed  # what its GIL-free repeats check
-    return _cuptifast, "C callback"
-
-
-def _thread_name() -> str:
-    return threading.current_thread().name
-
-
-HUB = CuptiHub()
+from syncguard.detectors.cuda.hub import (HUB, CuptiHub, fast_callback, unwrap,  # noqa: F401
+                                          wrap_profiler)
 
 
 class Cuda:
@@ -398,14 +67,22 @@ class Cuda:
         self.hub = hub
 
     def unavailable(self) -> str | None:
-        return self.hub.unavailable()
+        # another CUPTI tool (nsys, compute-sanitizer...) in the process: CUPTI is left to it
+        return neighbours.present() or self.hub.unavailable()
 
     @property
     def callback(self) -> str:
         """Which callback CUPTI calls: "C callback", or "Python callback (why)"."""
         return self.hub.callback
 
+    @property
+    def weaker(self) -> str | None:
+        """None, or why a region entered now runs without this detector (CUPTI lent out)."""
+        return self.hub.weaker
+
     def arm(self, region) -> None:
+        if neighbours.present():  # asked for by name, still never beside another CUPTI tool
+            raise DetectorUnavailable(neighbours.present())
         self.hub.acquire(region)
 
     def disarm(self, region) -> None:
@@ -425,16 +102,20 @@ class Cuda:
         hub.release(region)
 
     def finish(self, region, found: list) -> list:
-        if not region.observations:  # a region with no call kept (a sync-free test): nothing to judge
+        obs = region.observations
+        if not obs:  # a region with no call kept (a sync-free test): nothing to judge
             return found
+        cut = region.state.get("cuda_yielded")
+        if cut is not None:  # CUPTI lent out: its calls from then on are sync-debug mode's
+            obs = obs[:cut] + [o for o in obs[cut:] if o.source != "cuda"]
         if self.hub.hostmem == "pointer":
-            events, notes = combine_by_pointer(region.observations, self.hub.fast)
+            events, notes = combine_by_pointer(obs, self.hub.fast)
         else:
-            events, notes = combine(region.observations,
-                                    ByCorrelation(region.state.get("cuda_records", {})), self.hub.fast)
+            events, notes = combine(obs, ByCorrelation(region.state.get("cuda_records", {})),
+                                    self.hub.fast)
         if notes:
             region.report.notes.extend(notes)
-        if region.state.get("cuda_yielded") and "debug" not in region.report.detectors:
+        if cut is not None and "debug" not in region.report.detectors:
             obs_debug = [o for o in region.observations if o.source == "debug"]
             events += [(_event(o, o.api or "cudaStreamSynchronize", STREAM_SYNC, ("debug",)),
                         o.allows, None) for o in obs_debug]

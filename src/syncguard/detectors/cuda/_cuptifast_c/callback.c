@@ -3,7 +3,8 @@
  * and the driver calls under it are one observation); only threads whose context has a region
  * (the ``regions`` ContextVar) keep anything; a thread with no region while a backward pass of a
  * region runs is handed to the Python callback whole (its owner logic lives there). A nested
- * driver callback costs a table lookup and a thread-local counter, without the GIL; a kept call
+ * driver callback costs a table lookup and a thread-local counter, without the GIL, and so does
+ * any callback on a thread with no region open (routing.c: the routing table); a kept call
  * takes the GIL once, at ENTER, where it is built and handed to its region(s) (or folded or
  * paired into the thread's last call: pairing.c); its EXIT only stamps the call's duration into
  * it, without the GIL. Nothing here calls CUDA. */
@@ -271,10 +272,12 @@ static inline void unhold(Held h) {
 
 static void callback_body(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
     if (domain < 1 || domain > 2 || cbid >= MAXCB || !d) return;
-    if (FINALIZING()) return; /* no thread state may be taken while the interpreter shuts down */
     const Entry *e = &entries[domain][cbid];
     if (!e->used) return;
     ThreadState *t = &T;
+    /* a thread with no region (and no call of its own in flight here): nothing to do, no GIL */
+    if ((t->depth == 0 || t->gen != generation) && !routed()) return;
+    if (FINALIZING()) return; /* no thread state may be taken while the interpreter shuts down */
     if (t->gen != generation) { /* state from before a park or a new subscription: stale */
         if (t->call) {
             Held h = hold();
@@ -339,7 +342,9 @@ static void callback_body(void *userdata, int domain, uint32_t cbid, const Callb
 }
 
 void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d) {
+    if (!gate_enter()) return; /* CUPTI is being lent out (routing.c) */
     int64_t t0 = T0();
     callback_body(userdata, domain, cbid, d);
     TADD(P_CALLBACK, t0);
+    gate_leave();
 }

@@ -4,7 +4,7 @@
  * in frames.c alone, through cpython_internals.h.
  *
  * The parts, bottom to top: table.c (the callback ids and what each call's parameters say),
- * frames.c (the user's frame and site; where the thread is), call.c (the Call type),
+ * routing.c (which threads the callback works for; the gate a hand-over closes), frames.c (the user's frame and site; where the thread is), call.c (the Call type),
  * pairing.c (pairing and folding a call into the thread's last one), callback.c (the CUPTI
  * callback and the recording), pointers.c and combine.c (a region's calls into events at its
  * exit), module.c (the Python-facing functions and the module).
@@ -76,6 +76,21 @@ void read_params(const Entry *e, const CallbackData *d, Params *q);
 PyObject *table_load(PyObject *table);
 typedef int (*EnableFn)(uint32_t enable, void *subscriber, int domain, int cbid);
 int switch_all(EnableFn enable, void *handle, int on);
+
+/* ---- routing.c: the routing table and the gate ---------------------------------------------- */
+/* with the GIL: the regions open on ``thread`` changed by ``delta``; the count now */
+int route(uint64_t thread, int delta);
+void route_backward(int delta);
+/* without the GIL: whether a callback on this thread must look at the call (see routing.c) */
+int routed(void);
+PyObject *routes_dict(void); /* ({thread: regions}, overflow, backward) */
+void routes_clear(void);
+int gate_enter(void);  /* 0: closed, return at once (nothing counted) */
+void gate_leave(void);
+void gate_close(void);
+void gate_open(void);
+int gate_closed(void);
+int gate_drain(int64_t timeout_ns);
 
 /* ---- module.c: the configuration (configure()), strong references held until the next ---- */
 extern PyObject *regions_var, *allows_var;

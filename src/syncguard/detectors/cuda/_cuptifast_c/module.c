@@ -74,6 +74,16 @@ static PyObject *fn_configure(PyObject *self, PyObject *args, PyObject *kw) {
 }
 
 typedef int (*SubscribeFn)(void **subscriber, void *callback, void *userdata);
+/* CUpti_SubscriberParams (cupti_callbacks.h, CUPTI >= 13.2), cuptiSubscribe_v2's 4th argument */
+typedef struct {
+    size_t structSize;
+    const char *subscriberName;
+    const char *oldSubscriberName;
+    size_t oldSubscriberSize;
+    uint8_t allowMultipleSubscribers;
+    uint8_t padding[7];
+} SubscriberParams;
+typedef int (*SubscribeV2Fn)(void **subscriber, void *callback, void *userdata, SubscriberParams *p);
 typedef int (*UnsubscribeFn)(void *subscriber);
 
 static PyObject *fn_switch(PyObject *self, PyObject *args) {
@@ -88,17 +98,25 @@ static PyObject *fn_switch(PyObject *self, PyObject *args) {
 
 static PyObject *fn_on(PyObject *self, PyObject *args) {
     /* on(cuptiSubscribe, cuptiEnableCallback, handle) -> (subscribe error, handle, enable error):
-     * subscribes this module's callback when handle is 0, makes every thread's call state stale,
+     * subscribes this module's callback when handle is 0 (with cuptiSubscribe_v2 and
+     * allowMultipleSubscribers where its address is given), makes every thread's call state stale,
      * then enables every id; a region's whole entry into CUPTI in one call (ctypes calls and
      * their argument objects were most of it on a cold host) */
-    unsigned long long sub_fn, enable_fn, handle;
+    unsigned long long sub_fn, enable_fn, handle, shared_fn = 0;
     int sub_rc = 0, enable_rc = 0;
-    if (!PyArg_ParseTuple(args, "KKK", &sub_fn, &enable_fn, &handle)) return NULL;
+    if (!PyArg_ParseTuple(args, "KKK|K", &sub_fn, &enable_fn, &handle, &shared_fn)) return NULL;
     void *h = (void *)(uintptr_t)handle;
     generation++; /* under the GIL, as every other writer; nothing of ours fires before enabling */
     Py_BEGIN_ALLOW_THREADS
-    if (!h) sub_rc = ((SubscribeFn)(uintptr_t)sub_fn)(&h, (void *)callback, NULL);
-    if (!sub_rc) enable_rc = switch_all((EnableFn)(uintptr_t)enable_fn, h, 1);
+    if (!h && shared_fn) { /* cuptiSubscribe_v2, beside other subscribers (CUPTI >= 13.2) */
+        SubscriberParams p = {.structSize = sizeof p, .subscriberName = "syncguard",
+                              .allowMultipleSubscribers = 1};
+        sub_rc = ((SubscribeV2Fn)(uintptr_t)shared_fn)(&h, (void *)callback, NULL, &p);
+    } else if (!h) sub_rc = ((SubscribeFn)(uintptr_t)sub_fn)(&h, (void *)callback, NULL);
+    if (!sub_rc) {
+        gate_open(); /* shut by a hand-over (shut()): ours again */
+        enable_rc = switch_all((EnableFn)(uintptr_t)enable_fn, h, 1);
+    }
     Py_END_ALLOW_THREADS
     return Py_BuildValue("(iKi)", sub_rc, sub_rc ? 0ULL : (unsigned long long)(uintptr_t)h, enable_rc);
 }
@@ -119,6 +137,60 @@ static PyObject *fn_off(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     forget();
     return PyLong_FromLong(rc);
+}
+
+static PyObject *fn_shut(PyObject *self, PyObject *noargs) {
+    /* the gate closed: every callback returns at once from now on, until on() subscribes again.
+     * The first step of giving CUPTI back (detector.py: CuptiHub._close): then every id off, then
+     * drain(), then unsubscribe. */
+    gate_close();
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_open(PyObject *self, PyObject *noargs) {
+    gate_open(); /* on() does it too: for a subscription made through ctypes */
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_drain(PyObject *self, PyObject *arg) {
+    /* drain(timeout_s) -> True once no callback of ours runs, False after timeout_s: waited with
+     * the GIL released (a callback may be waiting for it, and returns at once once it has it:
+     * the gate is shut). Then every thread's call in flight is over for us (no EXIT will come
+     * once unsubscribed) and the regions remembered are let go. */
+    double timeout_s = PyFloat_AsDouble(arg);
+    int drained;
+    if (timeout_s == -1.0 && PyErr_Occurred()) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    drained = gate_drain((int64_t)(timeout_s * 1e9)) == 0;
+    Py_END_ALLOW_THREADS
+    generation++;
+    forget();
+    return PyBool_FromLong(drained);
+}
+
+static PyObject *fn_route(PyObject *self, PyObject *args) {
+    unsigned long long thread;
+    int delta;
+    if (!PyArg_ParseTuple(args, "Ki", &thread, &delta)) return NULL;
+    return PyLong_FromLong(route(thread, delta));
+}
+
+static PyObject *fn_route_backward(PyObject *self, PyObject *arg) {
+    long delta = PyLong_AsLong(arg);
+    if (delta == -1 && PyErr_Occurred()) return NULL;
+    route_backward((int)delta);
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_routes(PyObject *self, PyObject *noargs) { return routes_dict(); }
+
+static PyObject *fn_clear_routes(PyObject *self, PyObject *noargs) {
+    routes_clear();
+    Py_RETURN_NONE;
+}
+
+static PyObject *fn_gate(PyObject *self, PyObject *noargs) {
+    return PyBool_FromLong(!gate_closed());
 }
 
 static PyObject *fn_forget(PyObject *self, PyObject *noargs) {
@@ -300,9 +372,20 @@ static PyMethodDef methods[] = {
      "Set the callback table and the Python objects the callback reads."},
     {"switch", fn_switch, METH_VARARGS, "switch(cuptiEnableCallback address, handle, on) -> first error"},
     {"on", fn_on, METH_VARARGS,
-     "on(cuptiSubscribe, cuptiEnableCallback, handle or 0) -> (subscribe error, handle, enable error)"},
+     "on(cuptiSubscribe, cuptiEnableCallback, handle or 0[, cuptiSubscribe_v2]) -> (subscribe error, handle, enable error)"},
     {"off", fn_off, METH_VARARGS,
      "off(cuptiEnableCallback, cuptiUnsubscribe or 0, handle) -> first error"},
+    {"shut", fn_shut, METH_NOARGS, "Shut the gate: every callback returns at once until on()."},
+    {"open", fn_open, METH_NOARGS, "Open the gate again (on() does it when it subscribes)."},
+    {"drain", fn_drain, METH_O,
+     "drain(timeout_s) -> whether no callback of ours runs now (waited with the GIL released)"},
+    {"route", fn_route, METH_VARARGS,
+     "route(thread ident, delta) -> the regions open on that thread now (routing.c)"},
+    {"route_backward", fn_route_backward, METH_O,
+     "route_backward(delta): a backward pass of a region began (1) or ended (-1)"},
+    {"routes", fn_routes, METH_NOARGS, "routes() -> ({thread: regions open}, overflow, backward)"},
+    {"clear_routes", fn_clear_routes, METH_NOARGS, "Every thread unrouted (tests)."},
+    {"gate", fn_gate, METH_NOARGS, "Whether callbacks are let through (False after shut(), until on())."},
     {"forget", fn_forget, METH_NOARGS,
      "Drop the regions remembered for handing calls over (off() does it too)."},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},

@@ -1,0 +1,504 @@
+"""The process's CUPTI subscription: taken at the first cuda region, kept, lent to a profiler.
+
+CUPTI allows one subscriber per process (before CUPTI 13.2). The hub subscribes at the first
+region that asks for the cuda detector and keeps the subscription, every callback id on, for the
+process's life: a region is an entry in a routing table keyed by thread (the C callback's is
+``_cuptifast_c/routing.c``, the Python callback's :data:`syncguard.detectors.routing.threads`);
+entering and leaving one switches its thread's entry, never subscribe nor unsubscribe. A callback
+on a thread with no region returns at once (in C without the GIL). The Python callback, where the
+C one did not build, costs a ctypes call per callback, so its ids are on only while a region is
+open (switching ids of a kept subscription never hurt a thread; unsubscribing beside one did).
+
+A ``torch.profiler`` (Kineto) starting wants the one subscriber slot. Its start is wrapped
+(``torch.autograd.profiler``'s ``_prepare_profiler`` and ``_enable_profiler``, which every
+profiler of torch 2.8 to 2.14 calls there) so that the hub lends CUPTI first: the gate shut (every
+callback returns at once), every id off, the callbacks still running drained with the GIL
+released, then unsubscribed. Regions open then go on with sync-debug mode (detector ``debug``)
+and say so. At the profiler's stop (``_disable_profiler``) the hub tries to subscribe again;
+where Kineto keeps its subscriber, that fails, and every later region runs without the cuda
+detector, its report giving the reason (:attr:`CuptiHub.weaker`); each later region tries again.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+import threading
+
+from syncguard.attribution.frames import user_site
+from syncguard.detectors import routing
+from syncguard.detectors.cuda import cupti as C
+from syncguard.detectors.cuda import neighbours
+from syncguard.detectors.cuda.calls import BackwardOwners, CallPath, callback_table
+from syncguard.detectors.cuda.hostmem import ActivityRecords
+from syncguard.detectors.seam import DetectorUnavailable
+
+#: how long a hand-over waits for callbacks still running before it unsubscribes anyway
+DRAIN_S = 2.0
+_threads, _get_ident = routing.threads, threading.get_ident
+
+
+class CuptiCalls:
+    """How the hub talks to libcupti: subscribe and switch every callback id on, switch them off,
+    give the subscription back. Through the C module where it can call CUPTI itself (a real
+    library's entry points); else through ctypes (a fake library in the CPU tests, or the Python
+    callback). Needs the hub's ``lib``, ``table``, ``handle``, ``fast``, ``_cb``, ``_cb_fast``,
+    ``_c_addr``, ``closing`` and ``activity``."""
+
+    def _c_entry(self) -> tuple[int, int, int] | None:
+        """cuptiSubscribe's, cuptiEnableCallback's and cuptiUnsubscribe's addresses when the C
+        module is configured and can call them itself, else None."""
+        if self.fast is None:
+            return None
+        if self._c_addr is None:  # once: the entry points stay loaded
+            lib = self.lib.lib
+            fns = (lib.cuptiSubscribe, lib.cuptiEnableCallback, lib.cuptiUnsubscribe)
+            if not all(isinstance(f, ctypes._CFuncPtr) for f in fns):
+                return None
+            self._c_addr = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in fns)
+        return self._c_addr
+
+    def _on(self, fresh: bool) -> int:
+        """Subscribe (``fresh``) and switch every id on; CUPTI's result code. Where this CUPTI
+        takes ``allowMultipleSubscribers`` (13.2 and newer), subscribed beside any other
+        subscriber (``shared``); where that is refused, the one-subscriber way."""
+        shared = self._shared_subscribe() if fresh else None
+        if shared is not None and self._on_with(fresh, shared) == C.SUCCESS:
+            self.shared = True
+            return C.SUCCESS
+        if fresh:
+            self.shared = False
+        return self._on_with(fresh, None)
+
+    def _shared_subscribe(self):
+        """cuptiSubscribe_v2 where the loaded CUPTI takes allowMultipleSubscribers, else None."""
+        ask = getattr(self.lib, "shared_subscribe", None)
+        if ask is None or os.environ.get("SYNCGUARD_CUDA_SHARED", "1") == "0":
+            return None
+        try:
+            return ask()
+        except Exception:  # a CUPTI that cannot say: the one-subscriber way
+            return None
+
+    def _on_with(self, fresh: bool, shared) -> int:
+        c = self._c_entry()
+        if c is not None and (shared is None or isinstance(shared, ctypes._CFuncPtr)):
+            # one call into C, which also makes every thread's call state stale
+            extra = () if shared is None else (ctypes.cast(shared, ctypes.c_void_p).value,)
+            code, handle, _ = self.fast.on(c[0], c[1], self.handle.value or 0, *extra)
+            if code == C.SUCCESS:
+                self.handle.value = handle
+            return code
+        if fresh:
+            cb = self._cb if self.fast is None else self._cb_fast
+            if shared is not None:
+                params = C.SubscriberParams(structSize=ctypes.sizeof(C.SubscriberParams),
+                                            subscriberName=b"syncguard", allowMultipleSubscribers=1)
+                code = shared(ctypes.byref(self.handle), cb, None, ctypes.byref(params))
+            else:
+                code = self.lib.lib.cuptiSubscribe(ctypes.byref(self.handle), cb, None)
+            if code != C.SUCCESS:
+                self.handle.value = None
+                return code
+        try:
+            if self.fast is not None:
+                self.fast.new_generation()
+                self.fast.open()
+            self._switch(1)
+        except BaseException:
+            if fresh:  # subscribed before it failed: given back
+                self._switch_off_and_unsubscribe()
+            raise
+        return C.SUCCESS
+
+    def _switch(self, on: int) -> None:
+        c = self._c_entry()
+        if c is not None:  # one call into C for every id, not a ctypes call per id
+            self.fast.switch(c[1], self.handle.value or 0, on)
+            return
+        enable = self.lib.lib.cuptiEnableCallback
+        for domain, cbid in self.table:
+            enable(on, self.handle, domain, cbid)
+
+    def _switch_off_and_unsubscribe(self) -> bool:
+        """Give the subscription back beside threads that may be inside CUDA calls: the gate shut
+        (every callback returns at once), every id off, the callbacks of ours still running
+        waited for with the GIL released (C callback), then unsubscribed. True when they were
+        drained in time (else unsubscribed anyway after :data:`DRAIN_S`)."""
+        self.closing = True  # the Python callback's gate
+        fast, drained = self.fast, True
+        if fast is not None:
+            fast.shut()
+        try:
+            self._switch(0)
+        finally:  # given back even if switching off failed
+            if fast is not None:
+                drained = fast.drain(DRAIN_S)
+            self.lib.lib.cuptiUnsubscribe(self.handle)
+            self.handle.value = None
+            if self.activity.on:
+                self.activity.disable()
+        return drained
+
+
+class CuptiHub(CallPath, CuptiCalls):
+    """The process's CUPTI subscription, the routing table of its regions, the hand-over.
+
+    What others read: ``handed`` (CUPTI is with a profiler now), ``hand_overs`` (how often it was
+    lent), ``shared`` (subscribed beside other subscribers, CUPTI >= 13.2), ``weaker`` (None, or
+    why a region entered now runs without the cuda detector), :meth:`lent`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
+        self.generation = 0
+        self.lib: C.Cupti | None = None
+        self.handle = ctypes.c_void_p()
+        self.subscribed = False
+        self.handed = False
+        self.hand_overs = 0
+        self.shared = False
+        self.weaker: str | None = None
+        self.closing = False  # the Python callback returns at once (a hand-over under way)
+        self.activity = ActivityRecords()
+        self.table: dict[tuple[int, int], tuple] = {}  # (domain, cbid) -> (api, role, kind, async, params)
+        self.regions: list = []
+        self.errors = 0  # exceptions swallowed in callbacks (never raised into CUDA)
+        self._ids_on = False
+        self._with = None  # the callback CUPTI was given (``fast`` then)
+        self._debug = False  # sync-debug mode armed for the regions open at a hand-over
+        self._saved_profiler: list = []
+        self.backward = BackwardOwners()
+        self._tls = threading.local()
+        self._cb = C.CALLBACK(self._callback)  # kept alive as long as the hub: CUPTI calls it
+        #: the C callback (``_cuptifast``) once configured; None: the Python one (``_cb``) runs
+        self.fast = None
+        self._cb_fast = None  # the C callback as a ctypes function pointer (fast_callback)
+        self._c_addr = None  # see CuptiCalls._c_entry
+        self._ready = False  # unavailable() said None once: acquire need not ask again
+        self._profiler_wrappers: dict = {}  # torch's profiler function -> its wrapper
+        self.callback = "Python callback (CUPTI not loaded yet)"
+        #: how pageable/pinned is decided: "pointer" (cudaPointerGetAttributes on the host pointer
+        #: when the region exits, never in a callback) or "activity" (CUPTI MEMCPY records).
+        self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "pointer")
+        if self.hostmem not in ("pointer", "activity"):
+            raise ValueError(f"SYNCGUARD_CUDA_HOSTMEM must be 'pointer' or 'activity', got {self.hostmem!r}")
+
+    # -- availability and the callback table ----------------------------------------------------
+    def unavailable(self) -> str | None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return "torch is not imported"
+        if not getattr(torch.version, "cuda", None):
+            return f"torch {torch.__version__} is not a CUDA build"
+        try:
+            self._load()
+        except C.CuptiError as e:
+            return str(e)
+        if not self.table:
+            return f"{self.lib.path}: no sync or copy callback id resolved"
+        self._ready = True
+        return None
+
+    def _load(self) -> None:
+        if self.lib is None:
+            lib = C.load()
+            self.table, self.lib = callback_table(lib), lib
+            self.use_fast()
+
+    def use_fast(self) -> None:
+        """Give CUPTI the C callback when it was built and not turned off, else say why not."""
+        self.fast, self.callback = fast_callback(self)
+        self.backward.count = None if self.fast is None else self.fast.route_backward
+
+    # -- regions ----------------------------------------------------------------------------------
+    def acquire(self, region) -> None:
+        with self.lock:
+            # once available, always: torch stays imported, the library and its table stay loaded
+            why = None if self._ready else self.unavailable()
+            if why:
+                raise DetectorUnavailable(why)
+            if self.subscribed and self.users == 0 and self._with is not self.fast:
+                self._give_back()  # the callback was changed (bench, tests): subscribe it instead
+            if not self.subscribed:
+                self._take()
+            if self.users == 0:
+                self._first_region()
+            self.users += 1
+            self.regions.append(region)
+            thread = _get_ident()
+            region.state["cuda_thread"] = thread
+            _threads[thread] = _threads.get(thread, 0) + 1  # routing.route, inline: every region
+            if self.fast is not None:
+                self.fast.route(thread, 1)
+
+    def release(self, region) -> None:
+        with self.lock:
+            if region not in self.regions:
+                return
+            self.regions.remove(region)
+            self.users -= 1
+            thread = region.state.pop("cuda_thread", 0)
+            if thread:  # routing.route, inline: every region
+                n = _threads.get(thread, 0) - 1
+                if n > 0:
+                    _threads[thread] = n
+                else:
+                    _threads.pop(thread, None)
+                if self.fast is not None:
+                    self.fast.route(thread, -1)
+            if self.users == 0:
+                self._last_region()
+
+    def _route(self, thread: int, delta: int) -> None:
+        if thread:
+            routing.route(thread, delta)
+            if self.fast is not None:
+                self.fast.route(thread, delta)
+
+    def _first_region(self) -> None:
+        try:
+            if self.fast is None and not self._ids_on:  # the Python callback: ids on while needed
+                self._switch(1)
+                self._ids_on = True
+            if self.hostmem == "activity":
+                self.activity.enable(self.lib)
+            self.backward.install()
+        except BaseException as e:
+            self._last_region()
+            raise DetectorUnavailable(str(e)) from None
+
+    def _last_region(self) -> None:
+        try:
+            self.backward.restore()
+            if self.activity.on:
+                self.activity.disable()
+            if self.fast is None and self._ids_on and self.subscribed:
+                self._ids_on = False
+                self._switch(0)
+            if self.fast is not None:  # no region kept alive by the C callback's memory
+                self.fast.forget()
+        finally:
+            if self._debug:
+                from syncguard.detectors.hooks import HUBS
+                HUBS.debug.disarm()
+                self._debug = False
+            self.activity.records.clear()
+            self.backward.ambiguous = 0
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.subscribed:
+                self.activity.flush()
+
+    # -- the subscription ---------------------------------------------------------------------------
+    def _take(self) -> None:
+        """Subscribe, or raise DetectorUnavailable with the reason (:attr:`weaker` after a hand-over)."""
+        if self.handed:
+            raise DetectorUnavailable(self.weaker or "CUPTI is lent to a profiler")
+        try:
+            self._subscribe()
+        except DetectorUnavailable as e:
+            if self.hand_overs:  # lent before: whoever took it kept it
+                self.weaker = (f"CUPTI not taken back after torch.profiler ({e}); "
+                               "Kineto keeps its CUPTI subscriber once it has profiled")
+                raise DetectorUnavailable(self.weaker) from None
+            self.weaker = str(e)  # another client (a profiler before any region) holds it
+            raise
+        self.weaker = None
+
+    def _subscribe(self) -> None:
+        self.generation += 1  # per-thread call depth from before is stale
+        if self.fast is not None:  # activity records are per copy: no run of copies folded then
+            self.fast.folding(self.hostmem == "pointer")
+        try:
+            code = self._on(True)
+        except BaseException as e:
+            raise DetectorUnavailable(str(e)) from None
+        if code != C.SUCCESS:
+            raise DetectorUnavailable(neighbours.refused(self.lib.error_name(code)))
+        self.subscribed, self.closing, self._ids_on = True, False, True
+        self._with = self.fast  # the callback subscribed: the C module, or None (Python)
+        if not self._saved_profiler:
+            try:
+                self._saved_profiler = wrap_profiler(self.hand_over, self.take_back,
+                                                     self._profiler_wrappers)
+            except BaseException as e:
+                self._give_back()
+                raise DetectorUnavailable(str(e)) from None
+
+    def _give_back(self) -> bool:
+        drained = self._switch_off_and_unsubscribe()
+        self.subscribed = self._ids_on = False
+        self.generation += 1
+        return drained
+
+    # -- a profiler wants CUPTI ---------------------------------------------------------------------
+    def hand_over(self, site=None) -> None:
+        """Lend CUPTI to a profiler starting now; regions open go on with sync-debug mode."""
+        with self.lock:
+            if self.handed or self.shared:  # shared: the profiler subscribes beside us
+                return
+            self.handed = True
+            if not self.subscribed:
+                return
+            self.hand_overs += 1
+            if self.activity.on:
+                self.activity.flush()
+                for r in self.regions:
+                    r.state.setdefault("cuda_records", {}).update(self.activity.records)
+            drained = self._give_back()
+            where = f"{site.filename}:{site.lineno}" if site is not None and site.filename else "an unknown line"
+            self.weaker = (f"torch.profiler started at {where} and took CUPTI (one subscriber per "
+                           "process before CUPTI 13.2)")
+            if not drained:
+                self.weaker += f"; callbacks still ran after {DRAIN_S} s and were not waited for"
+            if self.regions:
+                from syncguard.detectors.hooks import HUBS
+                HUBS.debug.arm(routing.deliver)
+                self._debug = True
+            for r in self.regions:
+                r.report.notes.append(f"{self.weaker}; from then on only stream syncs flagged by "
+                                      "sync-debug mode were seen (detector 'debug')")
+                r.state["cuda_yielded"] = len(r.observations)  # cuda's calls kept until then
+                self._route(r.state.pop("cuda_thread", 0), -1)
+
+    def take_back(self) -> None:
+        """The profiler stopped: subscribe again, now if no region is open, else at the next
+        region's entry (the regions open watch with sync-debug mode until they end)."""
+        with self.lock:
+            if not self.handed:
+                return
+            self.handed = False
+            if self.regions:
+                return
+            try:
+                self._take()
+            except DetectorUnavailable:
+                pass  # weaker says why; each later region tries again
+
+    @contextlib.contextmanager
+    def lent(self, site=None):
+        """CUPTI lent out for the block, as to a profiler: regions entered inside run without the
+        cuda detector (``weaker`` says why); taken back at the end where it can be."""
+        self.hand_over(site if site is not None else user_site())
+        try:
+            yield self
+        finally:
+            self.take_back()
+
+    def close(self) -> None:
+        """Everything undone: the subscription given back, torch's profiler functions restored,
+        every route of this hub's regions dropped (tests and tools; a process never needs it)."""
+        with self.lock:
+            if self.subscribed:
+                self._give_back()
+            unwrap(self._saved_profiler)
+            for r in self.regions:
+                self._route(r.state.pop("cuda_thread", 0), -1)
+            self.regions.clear()
+            self.users = 0
+            self._last_region()
+            self.handed, self.weaker = False, None
+
+
+def wrap_profiler(hand_over, take_back, wrappers: dict | None = None) -> list:
+    """Call ``hand_over(site)`` just before torch's profiler prepares or starts (where Kineto
+    subscribes CUPTI) and ``take_back()`` just after it stops; returns what to restore.
+    ``wrappers``: torch's function -> its wrapper, kept by the caller so that a wrapper is built
+    once. A hook that fails is swallowed: the user's profiler runs as without syncguard."""
+    ap = sys.modules.get("torch.autograd.profiler")  # the module as torch imported it
+    if ap is None:
+        try:
+            import torch.autograd.profiler as ap
+        except ImportError:
+            return []
+    saved: list = []
+    try:
+        for attr, hook, before in (("_prepare_profiler", hand_over, True),
+                                   ("_enable_profiler", hand_over, True),
+                                   ("_disable_profiler", take_back, False)):
+            original = getattr(ap, attr, None)
+            if original is None:
+                continue
+            wrapper = wrappers.get(original) if wrappers is not None else None
+            if wrapper is None:
+                wrapper = _wrapper(original, hook, before)
+                if wrappers is not None:
+                    wrappers[original] = wrapper
+            saved.append((ap, attr, original))
+            setattr(ap, attr, wrapper)
+    except BaseException:
+        unwrap(saved)
+        raise
+    return saved
+
+
+def _wrapper(original, hook, before: bool):
+    if before:
+        def start_profiler(*args, **kwargs):
+            try:
+                hook(user_site())
+            except Exception:
+                pass
+            return original(*args, **kwargs)
+        wrapper = start_profiler
+    else:
+        def stop_profiler(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            finally:
+                try:
+                    hook()
+                except Exception:
+                    pass
+        wrapper = stop_profiler
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+def unwrap(saved: list) -> None:
+    for owner, attr, original in reversed(saved):
+        setattr(owner, attr, original)
+    saved.clear()
+
+
+def fast_callback(hub: CuptiHub):
+    """(the configured ``_cuptifast`` module, "C callback"), or (None, why the Python one runs)."""
+    if os.environ.get("SYNCGUARD_CUDA_CALLBACK", "c") == "python":
+        return None, "Python callback (SYNCGUARD_CUDA_CALLBACK=python)"
+    try:
+        from syncguard.detectors.cuda import _cuptifast
+    except ImportError as e:
+        return None, f"Python callback (the C one is not built: {e})"
+    from syncguard.attribution import frames as attribution
+    from syncguard.detectors.cuda.calls import _NO_SITE, CudaCall, c_table
+
+    _cuptifast.configure(
+        table=c_table(hub.table), regions=routing.regions, allows=routing.allows,
+        backward_active=hub.backward.active, py_callback=hub._callback,
+        # torch's own per-thread getter when torch._guards is imported (one call, no wrapper)
+        compiling=attribution._compile_context_getter() or attribution.compiling,
+        code_cache=attribution._code_cache,
+        code_class=attribution._code_class, site_cache=attribution.c_site_cache,
+        make_site=attribution.site_from_frames, thread_name=_thread_name, call_type=CudaCall,
+        no_site=_NO_SITE, stack_depth=attribution.STACK_DEPTH,
+        compile_tls=attribution.compile_context_tls(),
+        # what BackwardOwners.owner() reads to tell an engine thread from one the program started
+        thread_active=getattr(threading, "_active", None),
+        dummy_thread=getattr(threading, "_DummyThread", None))
+    # the C table holds the threads the Python one does (regions open before it was configured)
+    _cuptifast.clear_routes()
+    for thread, n in routing.threads.items():
+        _cuptifast.route(thread, n)
+    hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
+    routing.scopes_changed = _cuptifast.scopes_changed  # what its GIL-free repeats check
+    return _cuptifast, "C callback"
+
+
+def _thread_name() -> str:
+    return threading.current_thread().name
+
+
+HUB = CuptiHub()
