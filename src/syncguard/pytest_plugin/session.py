@@ -58,6 +58,7 @@ class ItemState:
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
     codescope: CodeScope = codescope.EVERYWHERE  # whose syncs count (set at collection)
+    lent: str | None = None  # the cuda detector's ``weaker`` as the call phase's region exited
     _judge: ScopeJudge | None = field(default=None, init=False, repr=False)
 
     @property
@@ -144,7 +145,8 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
         detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None,
         detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None,
-        weaker=weaker_mark(plan.detectors, rep) if rep and audit_state in AUDITED_STATES else None)
+        weaker=(weaker_mark(plan.detectors, rep, state.lent)
+                if rep and audit_state in AUDITED_STATES else None))
 
 
 def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
@@ -153,6 +155,17 @@ def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
     ``--syncguard-isolate`` child's to its parent as JSON), the entry itself where this process
     reads it back (a serial run, the controller): serialized only to cross."""
     return entry.to_dict() if crosses else entry
+
+
+def _lent() -> str | None:
+    """The cuda detector's ``weaker`` now: why CUPTI is not its own (lent to a profiler that
+    started while a region was open, or not taken back), else None; None where no region has
+    loaded the detectors."""
+    if "syncguard.detectors.cuda.detector" not in sys.modules:  # no region armed it: nothing lent
+        return None
+    from syncguard import detectors as registry
+
+    return registry.get("cuda").weaker
 
 
 def _detector_reason(rep: RegionReport) -> str | None:
@@ -358,6 +371,7 @@ class SyncguardSession:
             except BaseException as e:  # test failures and pytest outcomes: judge, then re-raise
                 exc = e
         state.report = rep = final_report(report, exc, examples)
+        state.lent = _lent()
         # A test that opened forbid()/audit() through the fixture said which part it cares about:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
@@ -537,7 +551,7 @@ def _judge_call(item: pytest.Item, state, rep) -> None:
         return
     if state.plan.mode == "fail":
         state.failed_by_us = True
-        weaker = mark(weaker_mark(state.plan.detectors, rep))
+        weaker = mark(weaker_mark(state.plan.detectors, rep, state.lent))
         pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: {judged.summary()}"
                                   + (f" {weaker}" if weaker else ""), scope=state.judge),
                     pytrace=False)
