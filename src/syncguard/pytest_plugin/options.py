@@ -53,7 +53,8 @@ class Settings:
         return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
                 "isolate": self.isolate, "require_cuda": self.require_cuda,
                 "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
-                "max_stacks": self.max_stacks, "predict": self.predict}
+                "max_stacks": self.max_stacks, "predict": self.predict,
+                **({"predict_why": self.predict_why} if self.predict_why else {})}
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
