@@ -219,12 +219,13 @@ class CuptiHub(CallPath, CuptiCalls):
             why = None if self._ready else self.unavailable()
             if why:
                 raise DetectorUnavailable(why)
-            if self.subscribed and self.users == 0 and self._with is not self.fast:
-                self._give_back()  # the callback was changed (bench, tests): subscribe it instead
-            if not self.subscribed:
-                self._take()
-            if self.users == 0:
-                self._first_region()
+            if self.users == 0 or not self.subscribed:  # else held, and a region open already
+                if self.subscribed and self.users == 0 and self._with is not self.fast:
+                    self._give_back()  # the callback was changed (bench, tests): subscribe it
+                if not self.subscribed:
+                    self._take()
+                if self.users == 0:
+                    self._first_region()
             self.users += 1
             self.regions.append(region)
             thread = _get_ident()
@@ -284,7 +285,8 @@ class CuptiHub(CallPath, CuptiCalls):
                 from syncguard.detectors.hooks import HUBS
                 HUBS.debug.disarm()
                 self._debug = False
-            self.activity.records.clear()
+            if self.activity.records:
+                self.activity.records.clear()
             self.backward.ambiguous = 0
 
     def flush(self) -> None:
