@@ -28,7 +28,8 @@ from syncguard.attribution.aggregate import ScopeJudge, aggregate, judge_for, sp
 from syncguard.attribution.codescope import CodeScope
 from syncguard.records.events import RegionReport, format_report
 from syncguard.pytest_plugin.examples import final_report, wrap_examples
-from syncguard.reporting.explain import failure_table, nothing_predicted, summary_lines
+from syncguard.reporting.explain import (failure_table, nothing_predicted, prediction_line,
+                                         summary_lines)
 from syncguard.pytest_plugin.options import Plan, plan_for, resolve_settings
 from syncguard.pytest_plugin.poison import PoisonGuard
 from syncguard.regions.region import audit
@@ -264,12 +265,8 @@ class SyncguardSession:
             # opened before the first conftest (plugin.py), else now, before collection: tests
             # and skip conditions see torch.cuda.is_available(); last in __init__, so that
             # nothing after it can raise and leave it open
+            early.open_block(config)  # a no-op where it opened before the first conftest
             self.prediction = early.adopt(config)
-            if self.prediction is None:
-                from syncguard.predict import predicting
-
-                self.prediction = predicting()
-                self.prediction.__enter__()
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -518,12 +515,24 @@ class SessionOutput:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{no_cuda_to_isolate}")
             for line in summary_lines(tests, summarize(tests), scope=self.scope,
-                                      predicted=self.settings.predict):
+                                      predicted=self.settings.predict,
+                                      prediction=self._prediction(tests)):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")
         except Exception as e:  # a summary must never turn a run into an internal error
             terminalreporter.write_line(f"syncguard: could not print the summary: {e!r}")
+
+    def _prediction(self, tests: list[TestEntry]) -> str | None:
+        """What the summary says about prediction: for which torch and from which rules the
+        run was predicted, or why it was not (early.Decision.why)."""
+        if not self.settings.predict:
+            return self.settings.predict_why
+        from syncguard.pytest_plugin import early
+
+        target = early.target(self.config)
+        return prediction_line(tests, target, self.settings.predict_why,
+                               early.nearest_rules(target))
 
 
 def require_cuda_failed(settings, tests: list[TestEntry]) -> bool:
