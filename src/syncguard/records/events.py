@@ -233,7 +233,8 @@ class RegionReport:
 
 
 #: RegionReport's fields that have a default value (not a list), as ``fresh`` sets them
-_FRESH = {f.name: f.default for f in dataclasses.fields(RegionReport) if f.default is not dataclasses.MISSING}
+_FRESH = {f.name: f.default for f in dataclasses.fields(RegionReport)
+          if f.default is not dataclasses.MISSING}
 if set(_FRESH) | {"syncs", "allowed", "races", "notes", "not_predicted"} != {
         f.name for f in dataclasses.fields(RegionReport)}:  # a field added without fresh() knowing it
     raise ImportError("RegionReport.fresh does not set every field of RegionReport")
