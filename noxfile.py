@@ -9,8 +9,9 @@
     nox -l --json -s audit       # the audit sessions as JSON: a CI workflow's torch matrix
 
 Each audit writes <dir>/<cpu|cuda|predict>-torch-<version>.json, dir being SYNCGUARD_REPORT_DIR
-(default reports/); "predict" when --syncguard-predict is among the arguments after --, so a
-predicted run is never taken for a measured one. Set SYNCGUARD_TORCH_INDEX to install torch from
+(default reports/); "predict" when the run predicts (a CPU machine, unless the arguments after --
+say --syncguard-predict=off or name detectors; or --syncguard-predict there), so a predicted run
+is never taken for a measured one. Set SYNCGUARD_TORCH_INDEX to install torch from
 another index (e.g. https://download.pytorch.org/whl/cpu). A CI matrix runs one session per job,
 e.g. `nox -s "audit(2.11.0)" -- --syncguard-require-cuda` on a GPU runner, with
 SYNCGUARD_REPORT_DIR naming the folder it uploads (docs/ci.md).
@@ -46,9 +47,19 @@ def _install_torch(session: nox.Session, spec: str) -> None:
 def report_path(platform: str, version: str, posargs: list[str], environ: dict[str, str]) -> str:
     """Where an audit's session report goes: one file per run (torch version x device), named
     for how its syncs were found, in the folder a CI job uploads."""
-    kind = "predict" if "--syncguard-predict" in posargs else platform
+    kind = "predict" if _predicts(platform, posargs) else platform
     folder = environ.get("SYNCGUARD_REPORT_DIR") or "reports"
     return f"{folder.rstrip('/')}/{kind}-torch-{version}.json"
+
+
+def _predicts(platform: str, posargs: list[str]) -> bool:
+    """Whether the plugin predicts under these arguments (its --syncguard-predict=on|off|auto,
+    auto by default: it predicts on a machine without CUDA unless detectors are named)."""
+    words = [a.partition("=")[2] or "on" for a in posargs
+             if a.partition("=")[0] == "--syncguard-predict"]
+    asked = words[-1] if words else "auto"
+    named = any(a.partition("=")[0] == "--syncguard-detectors" for a in posargs)
+    return asked == "on" or (asked == "auto" and platform == "cpu" and not named)
 
 
 def _audit(session: nox.Session) -> None:

@@ -190,7 +190,8 @@ def apis_called(work, st) -> dict:
     from syncguard.detectors.cuda.detector import HUB
     from syncguard.detectors.cuda.cupti import api_census, named_counts
 
-    out = {"apis": api_census(HUB.lib, lambda: timed(work, bare, st))}
+    with HUB.lent(who="api_census"):  # the hub keeps CUPTI between regions
+        out = {"apis": api_census(HUB.lib, lambda: timed(work, bare, st))}
     COUNTS.clear()
     timed(work, cupti_raw("py", "detector"), st)
     out["detector_callbacks"] = named_counts(HUB.lib, COUNTS)

@@ -16,3 +16,73 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+# -- pytester programs shared by the prediction tests ------------------------------------------
+# (tests/test_predict_early.py, test_predict_default.py, test_predict_plugin.py)
+
+#: a root conftest that reads CUDA at import time, the way kornia's does, and writes at its last
+#: unconfigure what torch.cuda answers then (syncguard's block must be closed by then, and
+#: torch.cuda the real one again)
+CUDA_AT_IMPORT_CONFTEST = """
+    import pytest
+    import torch
+
+    CUDA_AT_IMPORT = torch.cuda.is_available()
+
+    @pytest.fixture
+    def cuda_at_import():
+        return CUDA_AT_IMPORT
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(config):
+        import pathlib
+        from syncguard.predict import session_active
+
+        worker = getattr(config, "workerinput", {}).get("workerid", "main")
+        name = "restored-" + worker
+        pathlib.Path(str(config.rootpath), name).write_text(
+            f"{torch.cuda.is_available()} {session_active()}")
+"""
+
+#: a CUDA test that skips where the conftest saw no CUDA; on a GPU (or predicted) its .item()
+#: is a device-to-host copy
+CUDA_TEST = """
+    import pytest
+    import torch
+
+    def test_cuda(cuda_at_import):
+        if not cuda_at_import:
+            pytest.skip("Device 'cuda' is not available")
+        x = torch.ones(3, device="cuda")
+        assert x.sum().item() == 3
+"""
+
+
+@pytest.fixture
+def cuda_suite(pytester):
+    """A tiny suite: :data:`CUDA_AT_IMPORT_CONFTEST` and :data:`CUDA_TEST` (test_k.py)."""
+    pytester.makeconftest(CUDA_AT_IMPORT_CONFTEST)
+    pytester.makepyfile(test_k=CUDA_TEST)
+    return pytester
+
+
+@pytest.fixture
+def syncguard_section():
+    """The lines of a pytester run's ``syncguard`` terminal section, after its separator."""
+    def section(res) -> list[str]:
+        lines = res.outlines
+        start = next(i for i, line in enumerate(lines) if "= syncguard =" in line)
+        return lines[start + 1:]
+    return section
+
+
+@pytest.fixture
+def report_tests(pytester):
+    """The tests of the session report a pytester run wrote (``r.json`` by default), by name."""
+    def tests(name: str = "r.json") -> dict:
+        from syncguard.reporting.sessionfile import read_json
+
+        return {t["nodeid"].split("::")[-1]: t
+                for t in read_json(pytester.path / name)["tests"]}
+    return tests

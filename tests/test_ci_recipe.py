@@ -96,10 +96,16 @@ def test_the_sessions_named_exist_and_the_matrix_step_lists_the_torch_versions(t
 def test_the_audit_report_path():
     report_path = _noxfile().report_path
     assert report_path("cuda", "2.11.0", [], {}) == "reports/cuda-torch-2.11.0.json"
-    assert report_path("cpu", "2.13.0", ["-x"], {"SYNCGUARD_REPORT_DIR": "out/"}) == \
-        "out/cpu-torch-2.13.0.json"
-    assert report_path("cpu", "2.13.0", ["--syncguard-predict"], {"SYNCGUARD_REPORT_DIR": "o"}) == \
-        "o/predict-torch-2.13.0.json"
+    # a CPU machine predicts by default (--syncguard-predict=auto), unless told off or given
+    # detectors to run; a GPU machine measures unless told on
+    for args, kind in [(["-x"], "predict"), (["--syncguard-predict"], "predict"),
+                       (["--syncguard-predict=off"], "cpu"),
+                       (["--syncguard-predict=on", "--syncguard-predict=off"], "cpu"),
+                       (["--syncguard-detectors=debug"], "cpu")]:
+        assert report_path("cpu", "2.13.0", args, {"SYNCGUARD_REPORT_DIR": "out/"}) == \
+            f"out/{kind}-torch-2.13.0.json", args
+    assert report_path("cuda", "2.11.0", ["--syncguard-predict=on"], {}) == \
+        "reports/predict-torch-2.11.0.json"
 
 
 def test_the_upload_and_gate_folders_agree():

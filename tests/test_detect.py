@@ -550,6 +550,76 @@ def test_wrapped_profiler_functions_call_the_hooks_around_torchs_own(monkeypatch
     assert ap._prepare_profiler is prepare and ap._disable_profiler is disable
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_torchs_own_profiler_is_lent_cupti_and_gives_it_back_through_the_wrappers(path):
+    """This torch's real ``torch.profiler.profile`` (CPU activity: the CPU build has no CUDA),
+    beside a hub over a fake libcupti: the profiler's own start and stop go through the
+    wrapped ``torch.autograd.profiler`` functions, so CUPTI is lent at its start and taken back
+    at its stop, and the profiler records as it does without syncguard."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    def profiled():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            torch.ones(8).sum()
+        return sorted({e.name for e in prof.events() if e.name.startswith("aten::")})
+
+    bare = profiled()
+    hub = FakeHub(path=path)
+    hub.acquire(a := FakeRegion())
+    hub.release(a)
+    assert profiled() == bare
+    calls = hub.lib.lib.calls
+    assert hub.hand_overs == 1 and not hub.handed and hub.subscribed and hub.weaker is None
+    assert calls.count("cuptiSubscribe") == 2 and calls.count("cuptiUnsubscribe") == 1  # lent, taken back
+    assert calls.index("cuptiUnsubscribe") < len(calls) - 1 - calls[::-1].index("cuptiSubscribe")
+
+
+@pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
+def test_a_full_routing_table_sends_every_thread_the_slow_way_and_results_stay_the_same():
+    """The C routing table holds 1024 threads. Made-up thread idents fill it (no GPU, fake
+    libcupti): a region routed past that is counted as overflow, and then a thread with no
+    region takes the GIL again (the regions context variable decides: nothing is kept for it),
+    while this thread's region still gets its call. Unrouting them empties the overflow."""
+    from syncguard.detectors.cuda import _cuptifast
+
+    hub, region = FakeHub(path="c"), FakeRegion()
+    hub.acquire(region)
+    sync = C.StreamParams(stream=0)
+
+    def gil_takes_of_a_thread_with_no_region():
+        _cuptifast.timing(True)
+
+        def other():
+            _fire(hub, 2, 131, C.API_ENTER, 5, sync)
+            _fire(hub, 2, 131, C.API_EXIT, 5, sync)
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        return _cuptifast.timing(False)["ENTER: take the GIL"][1]
+
+    fake = [0x7f0000000000 + 4096 * i for i in range(1100)]
+    try:
+        assert gil_takes_of_a_thread_with_no_region() == 0
+        for ident in fake:
+            _cuptifast.route(ident, 1)
+        routes, overflow, _ = _cuptifast.routes()
+        assert overflow == 1100 + 1 - 1024 and len(routes) == 1024  # this thread holds one slot
+        assert routes[threading.get_ident()] == 1
+        assert gil_takes_of_a_thread_with_no_region() == 1
+        with _inside(hub, region):
+            _fire(hub, 2, 131, C.API_ENTER, 6, sync)
+            _fire(hub, 2, 131, C.API_EXIT, 6, sync)
+        for ident in fake:
+            _cuptifast.route(ident, -1)
+        assert _cuptifast.routes()[1] == 0
+        assert gil_takes_of_a_thread_with_no_region() == 0
+    finally:
+        hub.release(region)
+        _cuptifast.clear_routes()
+    assert [o.correlation for o in region.observations] == [(6,)]
+
+
 @pytest.mark.skipif(not _c_callback_built(), reason="the C callback (_cuptifast) is not built here")
 def test_a_hand_over_waits_for_a_callback_still_running_before_it_unsubscribes(monkeypatch):
     """Fake libcupti, real threads: a callback of the C module is still running on another

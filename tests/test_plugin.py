@@ -34,6 +34,9 @@ import torch  # noqa: E402,F401
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = "--syncguard-detectors=fake"
+#: runs that prove what happens without CUDA say so: on this CPU machine --syncguard predicts
+#: by default (--syncguard-predict=auto; tests/test_predict_default.py)
+NO_PREDICT = "--syncguard-predict=off"
 
 
 def _plugin_args() -> list[str]:
@@ -471,20 +474,21 @@ def test_require_cuda_fails_a_session_that_audited_nothing(pytester, run):
     """On this CPU machine the default detectors audit nothing (they need CUDA): the gate must not
     be green. The FAKE detector counts as audited, so the same option passes there."""
     pytester.makepyfile(test_m="def test_a(): pass\ndef test_b(): pass\n")
-    res = run("--syncguard", "--syncguard-require-cuda")
+    res = run("--syncguard", NO_PREDICT, "--syncguard-require-cuda")
     assert res.ret == pytest.ExitCode.TESTS_FAILED
     res.assert_outcomes(passed=2)
     res.stdout.fnmatch_lines(["*= syncguard =*",
                               "syncguard: FAILED: --syncguard-require-cuda: no test could be "
                               "audited (CUDA is not available*); the session fails",
-                              "NO TEST WAS AUDITED: 2 not audited (no CUDA)"])
+                              "NO TEST WAS AUDITED: 2 not audited (no CUDA; not predicted: "
+                              "--syncguard-predict=off)"])
     pytester.makeini("[pytest]\nsyncguard_require_cuda = true\n")
-    assert run("--syncguard").ret == pytest.ExitCode.TESTS_FAILED  # the ini twin
+    assert run("--syncguard", NO_PREDICT).ret == pytest.ExitCode.TESTS_FAILED  # the ini twin
     assert run("--syncguard", FAKE).ret == pytest.ExitCode.OK
     pytester.makeini("[pytest]\n")
-    res = run("--syncguard")  # without the option: green, but the summary says so first
+    res = run("--syncguard", NO_PREDICT)  # without the option: green, but the summary says so
     assert res.ret == pytest.ExitCode.OK
-    res.stdout.fnmatch_lines(["*= syncguard =*", "NO TEST WAS AUDITED: 2 not audited (no CUDA)"])
+    res.stdout.fnmatch_lines(["*= syncguard =*", "NO TEST WAS AUDITED: 2 not audited (no CUDA*"])
 
 
 
@@ -498,7 +502,7 @@ def test_report_schema_and_no_cuda(pytester, run):
         def test_xf(): assert 0
     """)
     # default detectors on this CPU-only machine: nothing can be audited, nothing fails for it
-    res = run("--syncguard", "--syncguard-report=sub/r.json")
+    res = run("--syncguard", NO_PREDICT, "--syncguard-report=sub/r.json")
     res.assert_outcomes(passed=1, skipped=1, xfailed=1)
     doc = _doc(pytester, "sub/r.json")
     assert doc["complete"] is True and doc["options"]["detectors"] == list(DETECTORS)
@@ -510,7 +514,7 @@ def test_report_schema_and_no_cuda(pytester, run):
     assert t["test_xf"]["outcome"] == "xfailed"
     assert doc["summary"] == {"tests": 3, "audited": 0, "clean": 0, "with_syncs": 0, "allowed": 0,
                               "not_audited": 2, "syncs": 0, "outside_scope": 0}
-    res.stdout.fnmatch_lines(["*2 not audited (no CUDA)*",
+    res.stdout.fnmatch_lines(["*2 not audited (no CUDA*",
                               "not audited because: CUDA is not available*"])
     assert not list((pytester.path / "sub").glob(".r.json.*"))  # no temp file left behind
 
@@ -793,7 +797,7 @@ def test_isolate_without_cuda_starts_no_subprocess(pytester, run):
         def test_a(syncguard):
             syncguard.record("pid", os.getpid())
     """)
-    res = run("--syncguard", "--syncguard-isolate", "--syncguard-report=r.json")
+    res = run("--syncguard", NO_PREDICT, "--syncguard-isolate", "--syncguard-report=r.json")
     res.assert_outcomes(passed=1)
     assert _tests(_doc(pytester))["test_a"]["measurements"]["pid"] == os.getpid()
     res.stdout.fnmatch_lines(["--syncguard-isolate: no subprocesses, CUDA is not available*"])
@@ -976,7 +980,8 @@ def test_every_setting_reaches_an_isolated_child_through_its_command_line(pytest
     from syncguard.pytest_plugin.options import Settings, command_line, resolve_settings
     chosen = Settings(enabled=True, mode="warn", detectors=("debug", "trace"), races=True,
                       require_cuda=True, fail_on_phase=("compile",), scope=("src", "lib"),
-                      ignore=("src/util.py",), keep_events=True, max_stacks=0, predict=True)
+                      ignore=("src/util.py",), keep_events=True, max_stacks=0, predict=True,
+                      predict_why="--syncguard-predict=on")  # the child is told the decision
     unsent = {"report", "isolate", "warmup", "child"}  # the child's own, or not an option
     default = Settings()
     assert {f.name for f in dataclasses.fields(Settings)
@@ -1129,14 +1134,16 @@ def test_a_suite_that_never_imports_torch_runs_without_it(pytester, run):
     """Found dropping the plugin into numpy's suite: the report's environment imported torch
     before collection, and a numpy pickle test that walks sys.modules failed (torch.classes
     raises on attribute lookup). A fresh interpreter: the inner test sees no torch; the report
-    still names torch, imported once every test has run."""
+    still names torch, imported once every test has run. Prediction off: --syncguard-predict=auto
+    imports torch before the first conftest to ask whether this machine has CUDA, and prediction
+    runs the suite on torch's stand-ins (docs/prediction.md)."""
     pytester.makepyfile(test_m="""
         import sys
 
         def test_no_torch():
             assert "torch" not in sys.modules
     """)
-    res = run("--syncguard", "--syncguard-report=r.json", subprocess=True)
+    res = run("--syncguard", NO_PREDICT, "--syncguard-report=r.json", subprocess=True)
     res.assert_outcomes(passed=1)
     doc = _doc(pytester)
     assert doc["environment"]["torch"] == torch.__version__ and doc["complete"] is True
@@ -1159,6 +1166,6 @@ def test_a_hypothesis_deadline_stays_when_nothing_can_be_audited(pytester, run):
         def test_slow(a):
             time.sleep(0.15)
     """)
-    res = run("--syncguard")
+    res = run("--syncguard", NO_PREDICT)
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*DeadlineExceeded*"])

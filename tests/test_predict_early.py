@@ -19,81 +19,33 @@ torch = pytest.importorskip("torch")
 
 pytest_plugins = ["pytester"]
 
-#: a root conftest that reads CUDA at import time, the way kornia's does
-CONFTEST = """
-    import pytest
-    import torch
-
-    CUDA_AT_IMPORT = torch.cuda.is_available()
-
-    @pytest.fixture
-    def cuda_at_import():
-        return CUDA_AT_IMPORT
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_unconfigure(config):
-        # the last unconfigure of this process: syncguard's block must be closed by then, and
-        # torch.cuda answer as the outer test's process does (the real torch.cuda)
-        import pathlib
-        from syncguard.predict import session_active
-
-        worker = getattr(config, "workerinput", {}).get("workerid", "main")
-        name = "restored-" + worker
-        pathlib.Path(str(config.rootpath), name).write_text(
-            f"{torch.cuda.is_available()} {session_active()}")
-"""
-
-CUDA_TEST = """
-    import pytest
-    import torch
-
-    def test_cuda(cuda_at_import):
-        if not cuda_at_import:
-            pytest.skip("Device 'cuda' is not available")
-        x = torch.ones(3, device="cuda")
-        assert x.sum().item() == 3
-"""
-
-
 def _restored() -> str:
     """What the conftest writes at unconfigure once torch.cuda is the real one again."""
     return f"{torch.cuda.is_available()} False"
 
 
 @pytest.fixture
-def suite(pytester):
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_k=CUDA_TEST)
-    return pytester
+def suite(cuda_suite):
+    """conftest.py's tiny suite: a conftest reading CUDA at import, and a CUDA test."""
+    return cuda_suite
 
 
-def _section(res) -> list[str]:
-    """The lines of the ``syncguard`` terminal section, after its separator."""
-    lines = res.outlines
-    start = next(i for i, line in enumerate(lines) if "= syncguard =" in line)
-    return lines[start + 1:]
-
-
-def _tests(pytester) -> dict:
-    from syncguard.reporting.sessionfile import read_json
-
-    return {t["nodeid"].split("::")[-1]: t for t in read_json(pytester.path / "r.json")["tests"]}
-
-
-def test_a_conftest_reading_cuda_at_import_sees_prediction(suite):
+def test_a_conftest_reading_cuda_at_import_sees_prediction(suite, syncguard_section,
+                                                           report_tests):
     res = suite.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard",
                                      "--syncguard-predict", "--syncguard-report=r.json",
                                      timeout=180)
     res.assert_outcomes(passed=1)
-    t = _tests(suite)["test_cuda"]
+    t = report_tests()["test_cuda"]
     assert t["audit"] == "syncs", t
     assert [s["kind"] for s in t["syncs"]] == ["blocking_copy_d2h"]
-    assert not _section(res)[0].startswith("NOTHING PREDICTED"), res.outlines
+    assert not syncguard_section(res)[0].startswith("NOTHING PREDICTED"), res.outlines
     assert (suite.path / "restored-main").read_text() == _restored()
 
 
 def test_without_predict_the_conftest_sees_no_cuda_and_the_test_skips(suite):
-    res = suite.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard", timeout=180)
+    res = suite.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard",
+                                     "--syncguard-predict=off", timeout=180)
     res.assert_outcomes(skipped=1)
     assert (suite.path / "restored-main").read_text() == _restored()
 
@@ -129,13 +81,13 @@ def test_torch_cuda_is_restored_when_a_conftest_fails_to_import(pytester):
     assert torch.cuda.is_available is original
 
 
-def test_xdist_workers_predict_early(suite):
+def test_xdist_workers_predict_early(suite, report_tests):
     pytest.importorskip("xdist")
     res = suite.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--syncguard",
                                      "--syncguard-predict", "--syncguard-report=r.json",
                                      timeout=180)
     res.assert_outcomes(passed=1)
-    assert _tests(suite)["test_cuda"]["audit"] == "syncs"
+    assert report_tests()["test_cuda"]["audit"] == "syncs"
     # the controller puts torch.cuda back; a worker may be ended by the controller before its
     # unconfigure writes (xdist tears its gateways down), so a worker's file is checked when
     # it was written
@@ -150,13 +102,13 @@ PLAIN_TEST = """
 """
 
 
-def test_nothing_predicted_is_the_first_line(pytester):
+def test_nothing_predicted_is_the_first_line(pytester, syncguard_section):
     pytester.makepyfile(test_p=PLAIN_TEST)
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard",
                                         "--syncguard-predict", timeout=180)
     assert res.ret == 0
-    assert _section(res)[0].startswith("NOTHING PREDICTED: "), res.outlines
-    assert "1 test(s) ran under prediction" in _section(res)[0]
+    assert syncguard_section(res)[0].startswith("NOTHING PREDICTED: "), res.outlines
+    assert "1 test(s) ran under prediction" in syncguard_section(res)[0]
 
 
 def test_nothing_predicted_fails_under_require_cuda(pytester):
@@ -177,7 +129,7 @@ def test_a_predicted_suite_passes_require_cuda(suite):
     assert res.ret == 0, res.outlines
 
 
-def test_a_test_that_skips_in_its_body_reads_nothing_predicted(pytester):
+def test_a_test_that_skips_in_its_body_reads_nothing_predicted(pytester, syncguard_section):
     """A skip inside the test (kornia's way: the skip reads a global set at conftest import)
     ran its call phase under prediction, and predicted nothing."""
     pytester.makepyfile(test_s="""
@@ -191,12 +143,12 @@ def test_a_test_that_skips_in_its_body_reads_nothing_predicted(pytester):
                                         timeout=180)
     res.assert_outcomes(skipped=1)
     assert res.ret == 1
-    first = _section(res)[1]  # after the gate's FAILED line
+    first = syncguard_section(res)[1]  # after the gate's FAILED line
     assert first.startswith("NOTHING PREDICTED: "), res.outlines
     assert "1 skipped" in first
 
 
-def test_skipped_cuda_tests_read_nothing_predicted(pytester):
+def test_skipped_cuda_tests_read_nothing_predicted(pytester, syncguard_section):
     """A CUDA test skipped by a marker never runs under prediction: nothing predicted."""
     pytester.makepyfile(test_s="""
         import pytest
@@ -209,12 +161,12 @@ def test_skipped_cuda_tests_read_nothing_predicted(pytester):
                                         "--syncguard-predict", "--syncguard-require-cuda",
                                         timeout=180)
     assert res.ret == 1
-    first = _section(res)[1]  # after the gate's FAILED line
+    first = syncguard_section(res)[1]  # after the gate's FAILED line
     assert first.startswith("NOTHING PREDICTED: "), res.outlines
     assert "1 off/not run, 1 skipped" in first
 
 
-def test_calls_not_predicted_are_labelled_so_not_no_cuda(pytester):
+def test_calls_not_predicted_are_labelled_so_not_no_cuda(pytester, syncguard_section):
     pytester.makepyfile(test_m="""
         import torch
 
@@ -228,7 +180,7 @@ def test_calls_not_predicted_are_labelled_so_not_no_cuda(pytester):
     """)
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard",
                                         "--syncguard-predict", timeout=180)
-    text = "\n".join(_section(res))
+    text = "\n".join(syncguard_section(res))
     assert "no CUDA" not in text, text
     assert "1 not predicted" in text
     assert "not predicted because: 1 call(s) not predicted" in text

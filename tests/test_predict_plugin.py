@@ -51,19 +51,16 @@ def run(pytester):
     return _run
 
 
-def _tests(pytester):
-    from syncguard.reporting.sessionfile import read_json
-
     return {t["nodeid"].split("::")[-1]: t for t in read_json(pytester.path / "r.json")["tests"]}
 
 
-def test_the_issue_17_mutation_fails_under_prediction_in_fail_mode(pytester, run):
+def test_the_issue_17_mutation_fails_under_prediction_in_fail_mode(pytester, run, report_tests):
     pytester.makepyfile(test_m=MERGE_TESTS)
     res = run("--syncguard-predict", "--syncguard-mode=fail", "--syncguard-report=r.json")
     res.assert_outcomes(passed=1, failed=1)
     res.stdout.fnmatch_lines(["FAILED test_m.py::test_mutated_variant*"])
     res.stdout.fnmatch_lines(["*predicted blocking_copy_d2h*"])  # the table labels it
-    t = _tests(pytester)
+    t = report_tests()
     assert t["test_committed_variant"]["audit"] == "clean"
     syncs = t["test_mutated_variant"]["syncs"]
     assert syncs and all(r["detectors"] == ["predict"] for r in syncs)
@@ -76,7 +73,8 @@ def test_the_issue_17_mutation_fails_under_prediction_in_fail_mode(pytester, run
 @pytest.mark.parametrize("args, ini", [(["--syncguard-predict"], ""),
                                        ([], "syncguard_predict = true")])
 def test_without_an_explicit_fail_mode_a_prediction_is_recorded_not_failing(pytester, run,
-                                                                            args, ini):
+                                                                            args, ini,
+                                                                            report_tests):
     pytester.makeini(f"[pytest]\n{ini}\n")
     pytester.makepyfile(test_m=MERGE_TESTS + """
     import pytest
@@ -88,13 +86,13 @@ def test_without_an_explicit_fail_mode_a_prediction_is_recorded_not_failing(pyte
 """)
     res = run(*args, "--syncguard-report=r.json")
     res.assert_outcomes(passed=3)
-    t = _tests(pytester)
+    t = report_tests()
     assert t["test_mutated_variant"]["audit"] == "syncs"
     assert t["test_marked"]["audit"] == "syncs"
     res.stdout.fnmatch_lines(["*predicted blocking_copy_d2h*"])  # the summary labels it
 
 
-def test_code_the_predictor_cannot_model_is_not_predicted_never_clean(pytester, run):
+def test_code_the_predictor_cannot_model_is_not_predicted_never_clean(pytester, run, report_tests):
     pytester.makepyfile(test_m="""
         import torch
 
@@ -107,7 +105,7 @@ def test_code_the_predictor_cannot_model_is_not_predicted_never_clean(pytester, 
                 pass  # GPU timing cannot be predicted
     """)
     res = run("--syncguard-predict", "--syncguard-report=r.json")
-    t = _tests(pytester)["test_timing"]
+    t = report_tests()["test_timing"]
     assert t["audit"] != "clean", t
     assert "not predicted" in (t["reason"] or ""), t
 
@@ -142,7 +140,7 @@ def test_the_matrix_labels_a_predicted_sync():
     assert cell.syncs == (mx.Tally("predicted cudaStreamSynchronize at m.py:3", 1),)
 
 
-def test_isolated_children_predict_too(pytester, run):
+def test_isolated_children_predict_too(pytester, run, report_tests):
     """Under prediction torch.cuda.is_available() is True, so --syncguard-isolate starts a child
     per test: the child must predict as well (not arm GPU detectors on a CPU)."""
     pytester.makeconftest("""
@@ -158,7 +156,7 @@ def test_isolated_children_predict_too(pytester, run):
     """)
     res = run("--syncguard-predict", "--syncguard-isolate", "--syncguard-report=r.json")
     res.assert_outcomes(passed=1)
-    t = _tests(pytester)["test_item"]
+    t = report_tests()["test_item"]
     here, session = t["measurements"]["pids"]
     assert here != session  # ran in a child
     assert t["audit"] == "syncs", t

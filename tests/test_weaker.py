@@ -56,6 +56,16 @@ def test_a_region_is_marked_when_it_ran_less_than_asked(asked, ran, reason, note
     assert weaker_mark(asked, report) == want
 
 
+def test_a_region_that_lent_cupti_to_a_profiler_is_marked_with_the_detectors_reason():
+    cuda = RegionReport(detectors=("cuda",), detector_reason="cuda: CUPTI callbacks")
+    lent = "torch.profiler started at t.py:3 and took CUPTI (one subscriber per process)"
+    assert weaker_mark(("auto",), cuda, lent) == {"detectors": "cuda, then debug", "reason": lent}
+    assert weaker_mark(("auto",), cuda, None) is None
+    # a region that never armed the cuda detector is marked by what it ran, as before
+    assert weaker_mark(("auto",), FELL_BACK, lent)["detectors"] == "debug,trace"
+    assert weaker_mark(("debug", "trace"), FELL_BACK, lent) is None
+
+
 def test_auto_stands_for_the_cuda_detector_unless_the_profile_detector_holds_cupti():
     assert expected(("auto",)) == ("cuda",)
     assert expected(("auto", "races")) == ("cuda", "races")
@@ -63,11 +73,11 @@ def test_auto_stands_for_the_cuda_detector_unless_the_profile_detector_holds_cup
     assert expected(("debug",)) == ("debug",)
 
 
-def _entry(asked: tuple[str, ...], report: RegionReport) -> TestEntry:
+def _entry(asked: tuple[str, ...], report: RegionReport, lent: str | None = None) -> TestEntry:
     """entry_for over a stand-in item (node id and user properties are all it reads)."""
     item = types.SimpleNamespace(nodeid="t.py::test_x", user_properties=[])
     state = ItemState(Plan(audited=True, mode="fail", detectors=asked, races=False),
-                      report=report)
+                      report=report, lent=lent)
     return entry_for(item, state, worker=None)
 
 
@@ -76,6 +86,9 @@ def test_the_session_entry_carries_the_mark_and_reads_back(tmp_path):
     assert entry.weaker == {"detectors": "debug,trace", "reason": f"cuda detector not used: {WHY}"}
     assert entry.detectors == ("debug", "trace")  # what the gate compares, unchanged
     assert _entry(("debug", "trace"), FELL_BACK).weaker is None
+    cuda = RegionReport(detectors=("cuda",), detector_reason="cuda: C")
+    assert _entry(("auto",), cuda, lent="lent to a profiler").weaker == {
+        "detectors": "cuda, then debug", "reason": "lent to a profiler"}
     # written to the file and read back as it was
     f = sessionfile.SessionFile(tmp_path / "s.json", {"detectors": ["auto"]})
     f.write([entry, _entry(("debug", "trace"), FELL_BACK)], complete=True, final=True)
@@ -172,3 +185,16 @@ def test_the_gate_still_compares_the_detectors_of_a_marked_test(tmp_path, capsys
     assert code == 1
     (line,) = [x for x in out.splitlines() if x.startswith(f"- {t['nodeid']} on ")]
     assert line.endswith(" -> clean [weaker: debug,trace] (detectors cuda -> debug,trace)")
+
+
+def test_the_session_reads_what_the_cuda_detector_says_of_cupti(monkeypatch):
+    """The call phase's record of the cuda detector's ``weaker`` (a fake reason set on the hub,
+    as a hand-over to a profiler sets it): what entry_for marks a region that lent CUPTI by."""
+    from syncguard import detectors as registry
+    from syncguard.pytest_plugin import session
+
+    hub = registry.get("cuda").hub
+    monkeypatch.setattr(hub, "weaker", "torch.profiler started at t.py:3 and took CUPTI")
+    assert session._lent() == "torch.profiler started at t.py:3 and took CUPTI"
+    monkeypatch.setattr(hub, "weaker", None)
+    assert session._lent() is None

@@ -44,11 +44,16 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser, args):
     """Prediction takes effect before the first conftest is imported: suites that read
     ``torch.cuda.is_available()`` at import see the stand-in GPU (pytest_plugin/early.py; the
     session adopts the block). In every process that imports conftests: a serial run, an xdist
-    controller and its workers (their command line is the controller's), an isolate child."""
-    if not declare.predict_asked(early_config):
+    controller and its workers (their command line is the controller's), an isolate child.
+    Only where syncguard is on: then ``--syncguard-predict`` (default ``auto``) is decided here,
+    once (early.decide; ``auto`` asks torch whether this machine has CUDA)."""
+    if not declare.early_values(early_config)[0]:
         return (yield)
     from syncguard.pytest_plugin import early
 
+    decision = early.early_decision(early_config)
+    if decision is None or not decision.predict:
+        return (yield)
     early.open_block(early_config)
     try:
         return (yield)

@@ -55,15 +55,17 @@ def trace_of(prof) -> dict:
     return {"gpu": dict(sorted(gpu.items())), "calls": dict(sorted(calls.items()))}
 
 
-def region_record(report) -> dict:
+def region_record(report, lent: str | None) -> dict:
+    """A region as the plugin records its test: the detectors, and the ``weaker`` mark made
+    from them and from the cuda detector's ``weaker`` as it exited (``lent``)."""
     from syncguard.reporting.weaker import weaker_mark
 
     return {"detectors": list(report.detectors), "detector_reason": report.detector_reason,
             "notes": list(report.notes), "syncs": [e.kind for e in report.syncs],
-            "weaker": weaker_mark(("auto",), report),
-            # a profiler started inside the region: CUPTI handed over, the rest of the region
-            # watched by sync-debug mode only; the hub's note says so (detectors/cuda/hub.py)
-            "handed_over": any("took CUPTI" in n for n in report.notes)}
+            "weaker": weaker_mark(("auto",), report, lent),
+            # a profiler started inside the region: CUPTI lent to it, the rest of the region
+            # watched by sync-debug mode only
+            "handed_over": bool(lent) and "cuda" in report.detectors}
 
 
 def program(where: str, thread: bool, audited: bool) -> dict:
@@ -76,6 +78,7 @@ def program(where: str, thread: bool, audited: bool) -> dict:
     work(torch, x)  # kernels loaded, cuBLAS set up: neither run's trace holds first-use calls
     if audited:
         import syncguard
+        from syncguard import detectors as registry
     ready, finish = threading.Event(), threading.Event()
 
     def other():
@@ -95,7 +98,7 @@ def program(where: str, thread: bool, audited: bool) -> dict:
             return body()
         with syncguard.audit() as report:
             body()
-        out["regions"].append(region_record(report))
+        out["regions"].append(region_record(report, registry.get("cuda").weaker))
 
     def profiled(body):
         try:

@@ -540,7 +540,8 @@ def driver_calls(out):
 
     for name, (_, fn) in ops.items():  # every runtime and driver API the call made (ground truth)
         torch.cuda.synchronize()
-        res[name]["census"] = api_census(HUB.lib, lambda: fn(lib, s))
+        with HUB.lent(who="api_census"):  # the hub holds CUPTI since the regions above
+            res[name]["census"] = api_census(HUB.lib, lambda: fn(lib, s))
     for name, (_, fn) in ops.items():  # the profiler's view of the same calls, same process
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -120,7 +120,18 @@ def predicting(torch_version: str | None = None, *, rules: RuleTable | str | Non
     event as it happens (its return value is kept in ``Prediction.contexts``). Works on any build of torch; on a CUDA
     build it still predicts (tensors stay on the CPU), which is how it is calibrated.
     """
+    from syncguard.predict.predictor import active
+
     predictor, prediction = _new(torch_version, rules, on_event)
+    if active() is not None:
+        # nested in an open block on this thread: its shim and modes already run this code;
+        # a second pair would run every call twice over, so the inner block only collects
+        push(predictor)
+        try:
+            yield prediction
+        finally:
+            pop(predictor)
+        return
     push(predictor)
     # the torch.cuda names, and process-wide settings with them (shim.install), reference-
     # counted: overlapping blocks on other threads keep them until the last one closes

@@ -111,7 +111,12 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             return self._new_tensor(func, args, kwargs)
         if method == "type" and is_standin(args[0]):
             return self._type(args, kwargs)
+        if method == "type_as" and (is_standin(args[0]) or is_standin(args[1])):
+            # C++ converts to the other's options, whose device is a stand-in's real one, the
+            # CPU; on a GPU the result is on the other's device, with its dtype
+            return self._move("to", args[:2], {})
         index = check_ordinal(cuda_index(kwargs.get("device")))
+        host = kwargs.get("device") is not None and index is None
         pinned = kwargs.get("pin_memory") is True
         if index is not None:
             kwargs["device"] = "cpu"
@@ -134,6 +139,11 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
                 self._own.forwarding.pop()
         if index is not None:
             out = tree_map(lambda o: wrap(o, index) if isinstance(o, torch.Tensor) else o, out)
+        elif host and inner is not None:
+            # a host device named beside stand-ins (new_zeros(..., device="cpu"),
+            # zeros_like(x, device="cpu")): the dispatch mode labels what a call on stand-ins
+            # makes, but this was asked for on the host
+            out = tree_map(unwrap, out)
         if pinned:
             tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
         return out

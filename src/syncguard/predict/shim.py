@@ -32,6 +32,7 @@ from syncguard.predict.predictor import cannot as _cannot
 from syncguard.predict.shimmed import ACCELERATOR_SHIMMED, MEMORY_SHIMMED, SHIMMED
 from syncguard.predict.tensors import moving, rebuilding, restoring, saving, swapping
 from syncguard.predict.threads import _inside, _pin_threads
+from syncguard.predict.torchscript import scripting, tracing
 
 __all__ = ["install", "uninstall"]
 
@@ -242,6 +243,10 @@ def _targets() -> list[tuple[Any, dict[str, Any]]]:
 
     out.append((module, {"is_traceable_wrapper_subclass": swapping(
         module.is_traceable_wrapper_subclass)}))
+    import torch.jit
+
+    out.append((torch.jit, {"script": scripting(torch.jit.script),
+                            "trace": tracing(torch.jit.trace)}))
     autocast = torch.amp.autocast_mode.autocast
     out.append((autocast, {"__enter__": _autocast_enter(autocast.__enter__)}))
     out.append((torch, {"set_autocast_enabled": _set_autocast_enabled(

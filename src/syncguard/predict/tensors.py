@@ -42,6 +42,13 @@ class CudaStandIn(torch.Tensor):
             requires_grad=elem.requires_grad)
         r._sg_elem = elem.detach() if elem.requires_grad else elem
         r._sg_index = index
+        # The lazy conjugate and negative bits live on the tensor torch dispatches, so they are
+        # the stand-in's too: torch resolves them before an op reaches the predictor's modes,
+        # as it does for a CUDA tensor (inside a mode, torch no longer reads them on the data)
+        if elem.is_conj():
+            torch._C._set_conj(r, True)
+        if elem.is_neg():
+            torch._C._set_neg(r, True)
         FREES.track(r, elem)
         return r
 
@@ -280,10 +287,25 @@ def _rewrap(out, args, kwargs, cuda: bool, index: int):
         if not isinstance(o, torch.Tensor):
             return o
         if id(o) in by_id:
-            return by_id[id(o)]
+            return follow(by_id[id(o)], o)
         return wrap(o, index) if cuda else o
 
     return tree_map(back, out)
+
+
+def follow(standin, elem):
+    """``standin`` after an in-place op changed the geometry of its data ``elem``
+    (``unsqueeze_``, ``t_``, ``resize_``, ``as_strided_``, an ``out=`` tensor resized): the
+    stand-in takes the new sizes, strides and offset, as the CUDA tensor's own would change. Set
+    below torch's dispatch (no mode, no autograd, no version bump: the op itself counted)."""
+    if not isinstance(standin, CudaStandIn) or standin._sg_elem is not elem:
+        return standin
+    if (standin.shape == elem.shape and standin.stride() == elem.stride()
+            and standin.storage_offset() == elem.storage_offset()):
+        return standin
+    with torch._C._DisableTorchDispatch(), torch._C._AutoDispatchBelowADInplaceOrView():
+        standin.set_(elem.untyped_storage(), elem.storage_offset(), elem.shape, elem.stride())
+    return standin
 
 
 def is_standin(x) -> bool:

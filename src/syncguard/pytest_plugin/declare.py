@@ -64,11 +64,13 @@ DECLARED: tuple[tuple[str, str, Any, dict, str], ...] = (
      "also store every sync event in the report (debugging; reports grow with events)"),
     ("--syncguard-max-stacks", "syncguard_max_stacks", 5000, dict(metavar="N"),
      "site records that keep their first stack in the report"),
-    ("--syncguard-predict", "syncguard_predict", False,
-     dict(action="store_true", default=None),
+    ("--syncguard-predict", "syncguard_predict", "auto",
+     dict(nargs="?", const="on", metavar="on|off|auto"),
      "predict syncs on the CPU (CUDA tensors become CPU stand-ins; rules measured on a GPU) "
-     "instead of measuring them; predicted syncs fail a test only with --syncguard-mode=fail "
-     "given explicitly, otherwise they are recorded"),
+     "instead of measuring them: on, off, or auto (predict where this machine has no CUDA and "
+     "no detector is named; measure where it has CUDA); a bare --syncguard-predict means on. "
+     "Predicted syncs fail a test only with --syncguard-mode=fail given explicitly, otherwise "
+     "they are recorded"),
 )
 
 #: ini keys with no command-line twin
@@ -129,20 +131,24 @@ def wants_session(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) is not None for name in SESSION_MARKERS)
 
 
-def predict_asked(early_config: pytest.Config) -> bool:
-    """Whether this run asks for prediction (``--syncguard-predict`` or ``syncguard_predict``
-    in the ini) with syncguard on (``--syncguard`` or ``syncguard = true``): the settings under
-    which the session predicts (options.resolve_settings). Readable before the command line is
-    fully parsed (``pytest_load_initial_conftests``): the command line from the known-args
-    namespace, the ini as usual. A value that is not a boolean reads False here; the session
-    refuses it later, naming it."""
+def early_values(early_config: pytest.Config) -> tuple[bool, Any, bool]:
+    """What the early prediction decision (pytest_plugin/early.py) reads, before the command line
+    is fully parsed (``pytest_load_initial_conftests``): whether syncguard is on (``--syncguard``
+    or ``syncguard = true``), the raw ``--syncguard-predict`` value (or its ini twin's; None when
+    neither is given) and whether detectors were named (``--syncguard-detectors`` or its ini
+    twin). The command line from the known-args namespace, the ini as usual. A syncguard value
+    that is not a boolean reads off here; the session refuses it later, naming it."""
     known = getattr(early_config, "known_args_namespace", None) or early_config.option
 
-    def on(dest: str) -> bool:
+    def raw(dest: str) -> Any:
         cli = getattr(known, dest, None)
         if cli is not None:
-            return bool(cli)
-        raw = raw_ini(early_config, dest)
-        return isinstance(raw, str) and raw.strip().lower() in ("1", "true", "yes", "on")
+            return cli
+        value = raw_ini(early_config, dest)
+        if isinstance(value, str):
+            return value.strip() or None
+        return value or None  # a TOML list, or an empty linelist
 
-    return on("syncguard") and on("syncguard_predict")
+    on = raw("syncguard")
+    on = on if isinstance(on, bool) else str(on).strip().lower() in ("1", "true", "yes", "on")
+    return on, raw("syncguard_predict"), raw("syncguard_detectors") is not None

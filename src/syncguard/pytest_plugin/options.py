@@ -44,6 +44,9 @@ class Settings:
     keep_events: bool = False
     max_stacks: int = 5000
     predict: bool = False  # predict syncs on CPU stand-ins (syncguard.predict), no GPU needed
+    #: why the session predicts or not (early.Decision.why): ``--syncguard-predict=on``/``off``
+    #: as given, or what ``auto`` found
+    predict_why: str | None = None
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
@@ -69,6 +72,17 @@ def _mode(value: Any, where: str) -> str:
     if value not in MODES:
         raise ValueError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
     return value
+
+
+def _predict(value: Any, where: str) -> str:
+    from syncguard.pytest_plugin import early
+
+    found = early.word(value)
+    if found is None:
+        raise ValueError(f"{where}: {value!r} is not one of on, off, auto (a bare "
+                         "--syncguard-predict takes the word after it: write "
+                         "--syncguard-predict=on)")
+    return found
 
 
 def _warmup(value: Any, where: str) -> str:
@@ -108,7 +122,7 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "syncguard_races": _bool, "syncguard_report": _path, "syncguard_isolate": _bool,
     "syncguard_require_cuda": _bool, "syncguard_fail_on_phase": parse_phases,
     "syncguard_scope": _list, "syncguard_ignore": _list, "syncguard_keep_events": _bool,
-    "syncguard_max_stacks": _count, "syncguard_predict": _bool,
+    "syncguard_max_stacks": _count, "syncguard_predict": _predict,
 }
 
 #: (flag, dest, parser, default, argparse keywords, help): declare.DECLARED with each parser.
@@ -127,17 +141,21 @@ def command_line(settings: Settings, skip: tuple[str, ...] = ()) -> list[str]:
     """Options that give another pytest process reading the same ini these settings: one per
     :data:`OPTIONS` entry not in ``skip`` (dests), its value given explicitly (the command line
     wins over the ini), except a false switch, an empty list and None, which no flag can say and
-    which the same ini resolves the same way.
+    which the same ini resolves the same way. ``--syncguard-predict`` is given as this process
+    decided it (``on`` or ``off``), never ``auto``: the child does not decide again.
 
     Why: an ``--syncguard-isolate`` child must judge its test by the parent's rules, every one of
     them. Built from the table, so an option added there travels too."""
     out = []
     for flag, dest, _, _, kw, _ in OPTIONS:
         value = getattr(settings, settings_field(dest))
-        if dest in skip or value is False or value is None or value == ():  # (0 is a value)
-            continue
-        if kw.get("action") == "store_true":
+        switch = kw.get("action") == "store_true"
+        if dest in skip or (value is False and switch) or value is None or value == ():
+            continue  # (0 is a value)
+        if switch:
             out.append(flag)
+        elif isinstance(value, bool):  # a resolved choice: --syncguard-predict
+            out.append(f"{flag}={'on' if value else 'off'}")
         elif isinstance(value, tuple):
             out.append(f"{flag}={','.join(value)}")
         else:
@@ -195,11 +213,15 @@ def resolve_settings(config: pytest.Config) -> Settings:
 
     try:
         values = {dest: pick(dest, check, default) for _, dest, check, default, _, _ in OPTIONS}
-        mode, predict = values["syncguard_mode"], values["syncguard_predict"]
+        from syncguard.pytest_plugin import early
+
+        decision = early.decide(config, values["syncguard_predict"], values["syncguard"],
+                                given(config, "syncguard_detectors") is not None)
+        mode, predict = values["syncguard_mode"], decision.predict
         if predict and pick("syncguard_mode", _mode, None) is None:
             mode = "record"  # a prediction fails a test only when fail mode is asked for
         return Settings(
-            enabled=values["syncguard"], mode=mode, predict=predict,
+            enabled=values["syncguard"], mode=mode, predict=predict, predict_why=decision.why,
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],

@@ -28,7 +28,8 @@ from syncguard.attribution.aggregate import ScopeJudge, aggregate, judge_for, sp
 from syncguard.attribution.codescope import CodeScope
 from syncguard.records.events import RegionReport, format_report
 from syncguard.pytest_plugin.examples import final_report, wrap_examples
-from syncguard.reporting.explain import failure_table, nothing_predicted, summary_lines
+from syncguard.reporting.explain import (failure_table, nothing_predicted, prediction_line,
+                                         summary_lines)
 from syncguard.pytest_plugin.options import Plan, plan_for, resolve_settings
 from syncguard.pytest_plugin.poison import PoisonGuard
 from syncguard.regions.region import audit
@@ -57,6 +58,7 @@ class ItemState:
     failed_by_us: bool = False
     own_regions: list[RegionReport] = field(default_factory=list)  # opened through the fixture
     codescope: CodeScope = codescope.EVERYWHERE  # whose syncs count (set at collection)
+    lent: str | None = None  # the cuda detector's ``weaker`` as the call phase's region exited
     _judge: ScopeJudge | None = field(default=None, init=False, repr=False)
 
     @property
@@ -143,7 +145,8 @@ def entry_for(item: pytest.Item, state: ItemState, worker: str | None,
         events=tuple(rep.syncs + rep.allowed) if rep and keep_events else (),
         detector_reason=_detector_reason(rep) if audit_state in AUDITED_STATES else None,
         detectors=tuple(rep.detectors) if rep and audit_state in AUDITED_STATES else None,
-        weaker=weaker_mark(plan.detectors, rep) if rep and audit_state in AUDITED_STATES else None)
+        weaker=(weaker_mark(plan.detectors, rep, state.lent)
+                if rep and audit_state in AUDITED_STATES else None))
 
 
 def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
@@ -152,6 +155,17 @@ def carried(crosses: bool, entry: TestEntry) -> TestEntry | dict:
     ``--syncguard-isolate`` child's to its parent as JSON), the entry itself where this process
     reads it back (a serial run, the controller): serialized only to cross."""
     return entry.to_dict() if crosses else entry
+
+
+def _lent() -> str | None:
+    """The cuda detector's ``weaker`` now: why CUPTI is not its own (lent to a profiler that
+    started while a region was open, or not taken back), else None; None where no region has
+    loaded the detectors."""
+    if "syncguard.detectors.cuda.detector" not in sys.modules:  # no region armed it: nothing lent
+        return None
+    from syncguard import detectors as registry
+
+    return registry.get("cuda").weaker
 
 
 def _detector_reason(rep: RegionReport) -> str | None:
@@ -251,12 +265,8 @@ class SyncguardSession:
             # opened before the first conftest (plugin.py), else now, before collection: tests
             # and skip conditions see torch.cuda.is_available(); last in __init__, so that
             # nothing after it can raise and leave it open
+            early.open_block(config)  # a no-op where it opened before the first conftest
             self.prediction = early.adopt(config)
-            if self.prediction is None:
-                from syncguard.predict import predicting
-
-                self.prediction = predicting()
-                self.prediction.__enter__()
 
     # -- session ------------------------------------------------------------------------------
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -361,6 +371,7 @@ class SyncguardSession:
             except BaseException as e:  # test failures and pytest outcomes: judge, then re-raise
                 exc = e
         state.report = rep = final_report(report, exc, examples)
+        state.lent = _lent()
         # A test that opened forbid()/audit() through the fixture said which part it cares about:
         # those regions are its report, and they judged it themselves (forbid() raised).
         judge = not state.own_regions
@@ -504,12 +515,24 @@ class SessionOutput:
                 terminalreporter.write_line(f"--syncguard-isolate: no subprocesses, "
                                             f"{no_cuda_to_isolate}")
             for line in summary_lines(tests, summarize(tests), scope=self.scope,
-                                      predicted=self.settings.predict):
+                                      predicted=self.settings.predict,
+                                      prediction=self._prediction(tests)):
                 terminalreporter.write_line(line)
             if self.file is not None:
                 terminalreporter.write_line(f"report: {self.file.path}")
         except Exception as e:  # a summary must never turn a run into an internal error
             terminalreporter.write_line(f"syncguard: could not print the summary: {e!r}")
+
+    def _prediction(self, tests: list[TestEntry]) -> str | None:
+        """What the summary says about prediction: for which torch and from which rules the
+        run was predicted, or why it was not (early.Decision.why)."""
+        if not self.settings.predict:
+            return self.settings.predict_why
+        from syncguard.pytest_plugin import early
+
+        target = early.target(self.config)
+        return prediction_line(tests, target, self.settings.predict_why,
+                               early.nearest_rules(target))
 
 
 def require_cuda_failed(settings, tests: list[TestEntry]) -> bool:
@@ -528,7 +551,7 @@ def _judge_call(item: pytest.Item, state, rep) -> None:
         return
     if state.plan.mode == "fail":
         state.failed_by_us = True
-        weaker = mark(weaker_mark(state.plan.detectors, rep))
+        weaker = mark(weaker_mark(state.plan.detectors, rep, state.lent))
         pytest.fail(failure_table(judged, title=f"syncguard: {item.nodeid}: {judged.summary()}"
                                   + (f" {weaker}" if weaker else ""), scope=state.judge),
                     pytrace=False)

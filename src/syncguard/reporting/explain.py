@@ -210,15 +210,45 @@ def nothing_predicted(tests: list[TestEntry]) -> bool:
                    for t in tests if t.audit != "off")
 
 
+def rules_used(tests: list[TestEntry]) -> list[str]:
+    """The measured torch versions whose rules predicted the session's syncs (each predicted
+    record's note names one), in the order first seen."""
+    seen: list[str] = []
+    for t in tests:
+        for r in (*t.syncs, *t.allowed, *t.outside):
+            note = (r.note or "") if _predicted(r) else ""
+            v = note.partition("rules of torch ")[2].split(" ")[0]
+            if v and v not in seen:
+                seen.append(v)
+    return seen
+
+
+def prediction_line(tests: list[TestEntry], target: str | None, why: str | None,
+                    nearest: str | None = None) -> str:
+    """The summary's line for a predicted run: predicted, not measured; for which torch; from
+    which measured torch's rules (those the records name, else ``nearest``, the table's nearest
+    to ``target``); and why the run predicted (``--syncguard-predict=on``, or what auto found)."""
+    used = rules_used(tests) or ([nearest] if nearest else [])
+    rules = f" with the rules measured on a GPU on torch {', '.join(used)}" if used else ""
+    return (f"PREDICTED, not measured: CUDA code ran on CPU stand-ins for torch {target or '?'}"
+            f"{rules}" + (f" ({why})" if why else ""))
+
+
 def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
-                  scope: str | None = None, predicted: bool = False) -> list[str]:
+                  scope: str | None = None, predicted: bool = False,
+                  prediction: str | None = None) -> list[str]:
     """The terminal summary: counts, the scope, the call sites that synced most across the
     session, and those outside the scope (counted, never failing). ``predicted``: the session
-    ran under ``--syncguard-predict``: a test that is not audited was not predicted (a call the
-    predictor cannot model), not short of CUDA, and a run that predicted nothing says so first."""
+    ran under prediction: a test that is not audited was not predicted (a call the predictor
+    cannot model), not short of CUDA; a run that predicted nothing says so first, and
+    ``prediction`` (:func:`prediction_line`) comes next. Not predicted, ``prediction`` says why
+    not, beside the tests not audited for want of CUDA."""
     off = counts.get("tests", 0) - counts.get("audited", 0) - counts.get("not_audited", 0)
-    unseen = (f"{counts.get('not_audited', 0)} not predicted" if predicted
-              else f"{counts.get('not_audited', 0)} not audited (no CUDA)")
+    n_unseen = counts.get("not_audited", 0)
+    unseen = (f"{n_unseen} not predicted" if predicted
+              else f"{n_unseen} not audited (no CUDA"
+              + (f"; not predicted: {prediction})" if prediction and (
+                  n_unseen or not counts.get("audited", 0)) else ")"))
     lines = []
     if predicted and nothing_predicted(tests):  # first: a green run that saw no CUDA call
         skipped = sum(t.outcome == "skipped" for t in tests)
@@ -228,13 +258,17 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
                      f"{off} off/not run, {skipped} skipped"
                      + (" (did a skip condition read torch.cuda before the session?)"
                         if skipped else ""))
+    if predicted and prediction:
+        lines.append(prediction)
+    done = "predicted" if predicted else "audited"
     if not counts.get("audited", 0):  # say it first: a green run that audited nothing proves nothing
-        lines.append(f"NO TEST WAS AUDITED: {unseen}" + (f", {off} off/not run" if off else ""))
+        lines.append(f"NO TEST WAS {done.upper()}: {unseen}"
+                     + (f", {off} off/not run" if off else ""))
     else:
-        lines.append(f"{counts.get('audited', 0)} test(s) audited: {counts.get('clean', 0)} clean, "
+        lines.append(f"{counts.get('audited', 0)} test(s) {done}: {counts.get('clean', 0)} clean, "
                      f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} "
                      f"allowed only; {unseen}"
-                     + (f"; {off} not audited (off/not run)" if off else ""))
+                     + (f"; {off} not {done} (off/not run)" if off else ""))
     if scope:
         lines.append(f"scope: {scope}")
     ran = session_detectors(tests)

@@ -30,13 +30,19 @@ def expected(asked: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys((FALLBACK if "profile" in rest else ("cuda",)) + rest))
 
 
-def weaker_mark(asked: Iterable[str], report: RegionReport) -> dict[str, str] | None:
+def weaker_mark(asked: Iterable[str], report: RegionReport, lent: str | None = None
+                ) -> dict[str, str] | None:
     """``{"detectors": ..., "reason": ...}`` when ``report``'s region ran without a detector
     that ``asked`` stands for, else None. The reason is the region's own: its note for a
-    detector that failed to arm, else its detector reason without the names it starts with."""
+    detector that failed to arm, else its detector reason without the names it starts with.
+    ``lent``: the cuda detector's ``weaker`` when the region exited (None: CUPTI was its own);
+    a region that armed the cuda detector and then lent CUPTI to a profiler started inside it
+    ran the rest with sync-debug mode only, and is marked with that reason."""
     ran = tuple(n for n in report.detectors if n != "races")
     if not ran or any(n in _MODES for n in ran):
         return None
+    if lent and "cuda" in ran and "cuda" in expected(asked):
+        return {"detectors": f"{','.join(ran)}, then debug", "reason": lent}
     # the cuda detector sees every sync the fallback's detectors see: it stands in for them
     missing = [n for n in expected(asked) if n not in ran and n not in _MODES
                and not (n in FALLBACK and "cuda" in ran)]

@@ -276,7 +276,8 @@ def api_census(lib: Cupti, fn) -> dict[str, int]:
     """Which CUDA runtime and driver APIs ``fn()`` calls, and how often: CUPTI callbacks on both
     whole domains with a counting callback, subscribed only for the call. Independent of the
     cuda detector's table and callbacks; used as ground truth for calls the profiler does not
-    list (driver APIs) and by the overhead benchmark. Needs the one CUPTI subscriber slot."""
+    list (driver APIs) and by the overhead benchmark. Needs the one CUPTI subscriber slot: where
+    the cuda detector holds it (from its first region on), call this inside ``HUB.lent()``."""
     counts: dict[int, int] = {}
 
     def count(userdata, domain, cbid, cbdata):

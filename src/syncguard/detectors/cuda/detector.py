@@ -67,8 +67,10 @@ class Cuda:
         self.hub = hub
 
     def unavailable(self) -> str | None:
-        # another CUPTI tool (nsys, compute-sanitizer...) in the process: CUPTI is left to it
-        return neighbours.present() or self.hub.unavailable()
+        # another CUPTI tool (nsys, compute-sanitizer...) in the process: CUPTI is left to it.
+        # Once available, always (torch stays imported, the library and its table loaded): every
+        # region's resolve asks, so the hub is not asked again then.
+        return neighbours.present() or (None if self.hub._ready else self.hub.unavailable())
 
     @property
     def callback(self) -> str:

@@ -335,8 +335,9 @@ class CuptiHub(CallPath, CuptiCalls):
         return drained
 
     # -- a profiler wants CUPTI ---------------------------------------------------------------------
-    def hand_over(self, site=None) -> None:
-        """Lend CUPTI to a profiler starting now; regions open go on with sync-debug mode."""
+    def hand_over(self, site=None, who: str = "torch.profiler") -> None:
+        """Lend CUPTI to a profiler starting now (``who``, named in the reason); regions open go
+        on with sync-debug mode."""
         with self.lock:
             if self.handed or self.shared:  # shared: the profiler subscribes beside us
                 return
@@ -350,7 +351,7 @@ class CuptiHub(CallPath, CuptiCalls):
                     r.state.setdefault("cuda_records", {}).update(self.activity.records)
             drained = self._give_back()
             where = f"{site.filename}:{site.lineno}" if site is not None and site.filename else "an unknown line"
-            self.weaker = (f"torch.profiler started at {where} and took CUPTI (one subscriber per "
+            self.weaker = (f"{who} started at {where} and took CUPTI (one subscriber per "
                            "process before CUPTI 13.2)")
             if not drained:
                 self.weaker += f"; callbacks still ran after {DRAIN_S} s and were not waited for"
@@ -379,10 +380,11 @@ class CuptiHub(CallPath, CuptiCalls):
                 pass  # weaker says why; each later region tries again
 
     @contextlib.contextmanager
-    def lent(self, site=None):
-        """CUPTI lent out for the block, as to a profiler: regions entered inside run without the
-        cuda detector (``weaker`` says why); taken back at the end where it can be."""
-        self.hand_over(site if site is not None else user_site())
+    def lent(self, site=None, who: str = "torch.profiler"):
+        """CUPTI lent out for the block, as to a profiler (``who``: another CUPTI client, such as
+        cupti.api_census): regions entered inside run without the cuda detector (``weaker``
+        says why); taken back at the end where it can be."""
+        self.hand_over(site if site is not None else user_site(), who)
         try:
             yield self
         finally:

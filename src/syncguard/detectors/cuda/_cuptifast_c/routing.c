@@ -98,8 +98,13 @@ PyObject *routes_dict(void) {
     return r;
 }
 
+/* every slot freed: only where no callback of ours can run (configure(), before the hub
+ * subscribes; tests), since a probe chain is broken under a reader */
 void routes_clear(void) {
-    for (size_t i = 0; i < ROUTES; i++) atomic_store(&routes[i].regions, 0);
+    for (size_t i = 0; i < ROUTES; i++) {
+        atomic_store(&routes[i].regions, 0);
+        atomic_store(&routes[i].thread, 0);
+    }
     atomic_store(&overflow, 0);
     atomic_store(&backward, 0);
 }

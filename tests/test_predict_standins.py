@@ -1,0 +1,123 @@
+"""Stand-ins behave like the CUDA tensors they stand for (issue 45, what kornia's suite showed).
+
+Each expected value is torch's own answer on plain CPU tensors (the values a GPU computes, to
+rounding), or what torch documents for a CUDA tensor (device, in-place identity); never the
+predictor's. Every test here failed before its fix.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from syncguard.predict import CudaStandIn, predicting
+from syncguard.predict.tensors import unwrap
+
+
+def test_type_as_a_cuda_tensor_stays_on_the_device_with_its_dtype():
+    """kornia's blur_pool: ``bool_standin.type_as(float_standin)`` came back as a CPU tensor,
+    and the next op raised "Expected all tensors to be on the same device"."""
+    with predicting() as p:
+        mask = torch.tensor([True, False, True], device="cuda")
+        weights = torch.ones(3, device="cuda")
+        before = len(p.syncs)
+        out = mask.type_as(weights)
+        assert isinstance(out, CudaStandIn) and out.dtype == torch.float32
+        total = out * weights  # raised before the fix
+        back = weights.type_as(torch.ones(1, dtype=torch.float64))  # to the host, as on a GPU
+    assert unwrap(total).tolist() == [1.0, 0.0, 1.0]
+    assert type(back) is torch.Tensor and back.dtype == torch.float64
+    # the one copy is the move to the host; the type_as on the device copies nothing
+    assert [e.kind for e in p.syncs[before:]] == ["blocking_copy_d2h"], p.format()
+
+
+def test_conj_keeps_the_conjugation():
+    """kornia's fftconv: ``z * conj(z)`` gave ``z * z``."""
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    with predicting():
+        zc = torch.conj(z.cuda())
+        assert zc.is_conj()
+        product = unwrap(z.cuda() * zc)
+        resolved = unwrap(zc.resolve_conj())
+        neg = unwrap(torch.ones(2, dtype=torch.complex64, device="cuda")._neg_view() + 0)
+    torch.testing.assert_close(product, z * z.conj())
+    torch.testing.assert_close(resolved, z.conj().resolve_conj())
+    assert neg.tolist() == [-1, -1]
+
+
+@pytest.mark.parametrize("call, shape", [
+    (lambda t: t.unsqueeze_(0), (1, 2, 3)),
+    (lambda t: t.squeeze_(), (2, 3)),
+    (lambda t: t.t_(), (3, 2)),
+    (lambda t: t.transpose_(0, 1), (3, 2)),
+    (lambda t: t.swapdims_(0, 1), (3, 2)),
+    (lambda t: t.resize_(4, 5), (4, 5)),
+    (lambda t: t.as_strided_((3,), (2,)), (3,)),
+    (lambda t: torch.add(t.new_ones(1, 3), 1, out=t), (1, 3)),
+])
+def test_in_place_shape_ops_change_the_standins_shape(call, shape):
+    """kornia's apply_colormap: ``x.unsqueeze_(0)`` left the stand-in 3-d."""
+    base = torch.arange(6.0).reshape(2, 3)
+    if shape == (2, 3):
+        base = base.reshape(1, 2, 3)
+    expected = call(base.clone())
+    with predicting():
+        x = base.clone().cuda()
+        out = call(x)
+        assert out is x and x.shape == shape == expected.shape
+        assert x.stride() == expected.stride()
+        got = unwrap(x + 0)
+    assert got.shape == shape
+
+
+def test_a_host_device_named_beside_a_standin_makes_a_host_tensor():
+    with predicting():
+        x = torch.ones(2, device="cuda")
+        made = [x.new_zeros(3, device="cpu"), x.new_empty(3, device="cpu"),
+                torch.zeros_like(x, device="cpu"), torch.ones_like(x, device="cpu")]
+        same = [x.new_zeros(3), torch.zeros_like(x), x.new_full((2,), 1.0)]
+    assert all(type(t) is torch.Tensor and t.device.type == "cpu" for t in made)
+    assert all(isinstance(t, CudaStandIn) for t in same)
+
+
+def test_a_nested_block_is_a_no_op_that_still_collects():
+    """kornia's gaussian_blur2d and box_blur raised under a block nested in the session's."""
+    import torch.nn.functional as F
+
+    with predicting() as outer:
+        x = torch.rand(1, 3, 8, 8, device="cuda")
+        with predicting() as inner:
+            # kornia's filter2d: kernel.to(device=input.device) stayed on the host
+            kernel = torch.tensor([[0.25, 0.5, 0.25]]).to(device=x.device).expand(3, 1, 3)
+            y = F.conv1d(x.flatten(2), kernel, groups=3)
+        reference = F.conv1d(unwrap(x).flatten(2), unwrap(kernel), groups=3)
+    assert isinstance(y, CudaStandIn)
+    torch.testing.assert_close(unwrap(y), reference)
+    assert [e.kind for e in inner.syncs] == ["blocking_copy_h2d"], inner.format()
+    assert not outer.syncs, outer.format()
+
+
+def _reads_the_device(x):
+    if x.device.type == "cpu":
+        return x * 2
+    return x + 1
+
+
+def _ignores_the_device(x):
+    return x + 1
+
+
+def test_torchscript_that_reads_the_device_is_not_predicted_and_computes_as_a_gpu():
+    """kornia's color conversions branch on ``image.device.type``; scripted, they took the CPU
+    branch (and failed) on stand-ins."""
+    with predicting() as p:
+        x = torch.ones(3, device="cuda")
+        scripted = torch.jit.script(_reads_the_device)
+        out = scripted(x)
+        assert "device" in str(scripted.graph)  # still the scripted function's attributes
+        plain = torch.jit.script(_ignores_the_device)(x)
+        traced = torch.jit.trace(_ignores_the_device, (x,))(x)
+    assert unwrap(out).tolist() == [2.0] * 3  # what the GPU computes: x + 1
+    assert unwrap(plain).tolist() == unwrap(traced).tolist() == [2.0] * 3
+    whys = [u.why for u in p.unmodelled]
+    assert len(whys) == 2 and all(w.startswith("TorchScript") for w in whys), p.format()
+    assert scripted(torch.ones(3)).tolist() == [2.0] * 3  # a host tensor runs it scripted
