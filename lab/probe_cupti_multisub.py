@@ -3,6 +3,13 @@ profiler of a torch built on CUDA 13.0?
 
     python lab/probe_cupti_multisub.py --lib PATH/libcupti.so.13 --out DIR   # DIR/multisub.{jsonl,md}
 
+The library comes from the ``nvidia-cuda-cupti`` 13.4 wheel, downloaded on the CPU machine into a
+git-ignored folder of the checkout (``pip download --no-deps --only-binary=:all: --python-version
+3.12 --platform manylinux_2_25_x86_64 -d .whl-cupti nvidia-cuda-cupti==13.4.92``), carried, and
+on the device extracted alone: ``python3 -c "import zipfile,glob; zipfile.ZipFile(glob.glob(
+'.whl-cupti/*.whl')[0]).extract('nvidia/cu13/lib/libcupti.so.13', '/tmp/c134')"``. Run it from
+the repository root with the package importable (installed, or ``PYTHONPATH=src``).
+
 Why: issue 44 asks the ``cuda`` detector to run beside ``torch.profiler``. CUPTI >= 13.2 has
 ``cuptiSubscribe_v2`` with ``allowMultipleSubscribers``; torch 2.11 and 2.14.1 ship CUDA 13.0
 (libcupti 13.0.1), and ``nvidia-cuda-cupti`` 13.4 is on the package index. This probe carries

@@ -7,6 +7,7 @@ nothing is written). All input is read and checked before anything is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -75,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="compare runs made by different detector code (or without provenance), "
                           "among the reports or against the baseline's runs; refused with exit "
                           "2 otherwise, marked with a dagger when allowed (default: off)")
+    rep.add_argument("--allow-predicted", action="store_true",
+                     help="compare predicted runs (CPU stand-ins, rules measured on a GPU) with a "
+                          "baseline whose runs of their label were measured (or that has none); "
+                          "refused with exit 2 otherwise: the gate does not take a prediction "
+                          "for a measurement (default: off)")
     atlas.add_arguments(sub.add_parser("atlas", help="which operations wait, per torch version "
                                                      "(corpus runs)"))
     calibration.add_arguments(sub.add_parser(
@@ -190,6 +196,12 @@ def matrix_command(args: argparse.Namespace) -> int:
             "refusing to compare runs with a baseline made by different detector code: "
             + "; ".join(stale) + "; pass --allow-mixed-commits to compare them anyway (with "
             "--update-baseline: to accept the new code)")
+    guessed = bl.predicted_against_measured(matrix, baseline) if baseline is not None else []
+    if guessed and not args.allow_predicted:
+        raise InputError(
+            "refusing to compare predicted runs with a measured baseline: " + "; ".join(guessed)
+            + " predicted its syncs on CPU stand-ins, and the baseline measured that run on a "
+            "GPU or has no predicted run of it; pass --allow-predicted to compare them anyway")
     if args.drop_baseline_run and not args.update_baseline:
         raise InputError("--drop-baseline-run needs --update-baseline (it changes the baseline)")
     try:
@@ -198,6 +210,10 @@ def matrix_command(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise InputError(str(e)) from None
     cmp = bl.compare(matrix, baseline) if baseline is not None else None
+    if cmp is not None and guessed:  # --allow-predicted: compared, and said so
+        cmp = dataclasses.replace(cmp, notes=cmp.notes + tuple(
+            f"{label}: predicted, not measured, compared with a measured baseline "
+            "(--allow-predicted)" for label in guessed))
 
     # Input is good: everything made, and every target checked, before the first write, so that
     # an error (exit 2) still means nothing was written.

@@ -55,7 +55,8 @@ class Settings:
         out = {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
                "isolate": self.isolate, "require_cuda": self.require_cuda,
                "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
-               "max_stacks": self.max_stacks, "predict": self.predict}
+               "max_stacks": self.max_stacks, "predict": self.predict,
+               **({"predict_why": self.predict_why} if self.predict_why else {})}
         if self.predict_torch:  # written only where given: older readers see the same keys
             out["predict_torch"] = self.predict_torch
         return out

@@ -21,6 +21,10 @@ run could see and of the detector code that made it::
 ``state`` is the state the gate judges (an xfailed test is "failed": its audit stopped early);
 ``sync_sites`` counts unallowed syncs and races per site as ``budget`` counts allowed ones;
 ``detectors`` names the detectors that judged an audited case (``TestEntry.detectors``).
+A run record's ``predicted: true`` says the run's syncs were predicted (CPU stand-ins, rules
+measured on a GPU); absent, it was measured. The CLI compares a predicted run only with a
+predicted baseline run of its label, unless ``--allow-predicted``
+(:func:`predicted_against_measured`).
 ``provenance``, ``audited``, ``sync_sites`` and ``detectors`` are optional: a baseline written
 before them is read, the checks that need them are skipped, and the comparison says so in its
 notes; so does a report written before its tests named their detectors (session schema 4).
@@ -118,7 +122,17 @@ VISIBILITY = (("detectors", "detectors"), ("scope", "code scope"))
 def run_record(run: Run) -> dict[str, Any]:
     """The baseline's record of a run: what it could see (:data:`VISIBILITY`) and the detector
     code that made it (``code``, provenance.code_identity)."""
-    return {**{key: getattr(run, key) for key, _ in VISIBILITY}, "code": run.code}
+    return {**{key: getattr(run, key) for key, _ in VISIBILITY}, "code": run.code,
+            **({"predicted": True} if run.predicted else {})}
+
+
+def predicted_against_measured(matrix: Matrix, baseline: dict[str, Any]) -> list[str]:
+    """The labels of predicted runs that the baseline would judge as measured ones: the baseline
+    holds no predicted run of their label (it measured that run, or has none of it). The CLI
+    refuses to compare them unless ``--allow-predicted``: a prediction is not a measurement."""
+    records = baseline.get("provenance", {})
+    return [run.label for run in matrix.runs
+            if run.predicted and not (records.get(run.label) or {}).get("predicted")]
 
 
 def make(matrix: Matrix, old: dict[str, Any] | None = None,
@@ -204,9 +218,10 @@ def check(data: Any) -> dict[str, Any]:
     if not isinstance(records, dict) or not all(
             isinstance(r, dict) and all(isinstance(r.get(k), (str, type(None)))
                                         for k in ("detectors", "scope", "code"))
+            and isinstance(r.get("predicted", False), bool)
             for r in records.values()):
         raise SchemaError("'provenance' is not an object of run records (detectors, scope, "
-                          "code: strings or null)")
+                          "code: strings or null; predicted: true or false)")
     for label, cases in data["runs"].items():
         if not isinstance(cases, dict):
             raise SchemaError(f"run {label!r} is not an object")

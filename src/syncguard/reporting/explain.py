@@ -247,8 +247,7 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
     n_unseen = counts.get("not_audited", 0)
     unseen = (f"{n_unseen} not predicted" if predicted
               else f"{n_unseen} not audited (no CUDA"
-              + (f"; not predicted: {prediction})" if prediction and (
-                  n_unseen or not counts.get("audited", 0)) else ")"))
+              + (f"; not predicted: {prediction})" if prediction and n_unseen else ")"))
     lines = []
     if predicted and nothing_predicted(tests):  # first: a green run that saw no CUDA call
         skipped = sum(t.outcome == "skipped" for t in tests)
@@ -268,7 +267,8 @@ def summary_lines(tests: list[TestEntry], counts: dict[str, int], top: int = 5,
         lines.append(f"{counts.get('audited', 0)} test(s) {done}: {counts.get('clean', 0)} clean, "
                      f"{counts.get('with_syncs', 0)} with syncs, {counts.get('allowed', 0)} "
                      f"allowed only; {unseen}"
-                     + (f"; {off} not {done} (off/not run)" if off else ""))
+                     + ("" if not off else f"; {off} off/not run" if predicted
+                        else f"; {off} not audited (off/not run)"))
     if scope:
         lines.append(f"scope: {scope}")
     ran = session_detectors(tests)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from syncguard.records.events import SCHEMA_VERSION
 from syncguard.reporting import timing
 from syncguard.reporting.baseline import Comparison, Delta
-from syncguard.reporting.explain import summary_lines
+from syncguard.reporting.explain import prediction_line, summary_lines
 from syncguard.reporting.matrix import (MEASURES, OTHER_TITLE, CaseOrder, Cell, Matrix, changes,
                                         measurement_rows, mixed_runs, order_cases, phrases, plural,
                                         unallowed)
@@ -34,6 +34,10 @@ PROVENANCE_ROWS = (("commit", "project commit"), ("code", "detector code"),
 MIXED_MARK = "†"
 CPU_NOTE = ("A CPU run checks no sync: without CUDA every case is \"not audited\"; only the "
             "correctness properties ran. Sync behaviour is proven by the GPU columns.")
+PREDICTED_NOTE = ("Predicted, not measured: in a predicted run CUDA code ran on CPU stand-ins "
+                  "and each sync is predicted from rules measured on a GPU (its cells end "
+                  "\"predicted\"; \"not predicted\" where a call could not be). Measured GPU "
+                  "runs are the proof.")
 
 
 def _column(matrix: Matrix, run) -> str:
@@ -46,7 +50,9 @@ def _notes(matrix: Matrix) -> list[str]:
         notes.append(f"{MIXED_MARK} made by other detector code than the other columns, or "
                      "without provenance (compared only because of --allow-mixed-commits): a "
                      "difference in such a column may come from the detector, not from torch.")
-    if any(r.device != "cuda" for r in matrix.runs):
+    if any(r.predicted for r in matrix.runs):
+        notes.append(PREDICTED_NOTE)
+    if any(r.device != "cuda" and not r.predicted for r in matrix.runs):
         notes.append(CPU_NOTE)
     if len(matrix.runs) > 1:  # one run's summary says it (explain.summary_lines)
         for run in matrix.runs:
@@ -75,7 +81,9 @@ def _summary(matrix: Matrix) -> list[str]:
         return []
     run = matrix.runs[0]
     tests = list(matrix.tests[run.label])
-    return summary_lines(tests, summarize(tests), scope=run.scope)
+    prediction = prediction_line(tests, run.torch, run.predict_why) if run.predicted else None
+    return summary_lines(tests, summarize(tests), scope=run.scope, predicted=run.predicted,
+                         prediction=prediction)
 
 
 def _fenced(lines: list[str]) -> list[str]:
@@ -175,7 +183,8 @@ def to_json(matrix: Matrix, cmp: Comparison | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION, "kind": "syncguard-matrix",
         "runs": [{"label": r.label, "path": r.path, "torch": r.torch, "device": r.device,
-                  "gpu": r.gpu, "complete": r.complete, "code": r.code,
+                  "gpu": r.gpu, "complete": r.complete, "predicted": r.predicted,
+                  "code": r.code,
                   "provenance": dict(r.provenance), "mixed": r in mixed_runs(matrix)}
                  for r in matrix.runs],
         "notes": _notes(matrix),

@@ -25,12 +25,14 @@ from syncguard.records.events import RACE, RaceEvent, SchemaError, SyncEvent
 from syncguard.reporting import provenance
 from syncguard.reporting import timing
 from syncguard.detectors.predicted import label as predicted_label
-from syncguard.reporting.sessionfile import TestEntry, run_label
+from syncguard.reporting.sessionfile import TestEntry, is_predicted, run_label
 from syncguard.reporting.weaker import mark
 
 #: Cell states. "missing": the run has no such test. "off"/"not_audited"/"skipped": nothing to judge.
 STATES = ("clean", "syncs", "allowed", "failed", "skipped", "not_audited", "off", "missing")
 UNJUDGED = ("skipped", "not_audited", "off", "missing")
+#: what a judged cell of a predicted run ends with: its syncs were predicted, not measured
+PREDICTED = ", predicted"
 AUDITED = ("clean", "syncs", "allowed")
 FAILED_OUTCOMES = ("failed", "error")
 #: Measurement keys with their own column in tables: (key, column title). Every other value a test
@@ -71,6 +73,10 @@ class Run:
     #: (syncguard.reporting.provenance.detectors_used, code_scope); None where the report does not say
     detectors: str | None = None
     scope: str | None = None
+    #: its syncs were predicted on CPU stand-ins, not measured (sessionfile.is_predicted)
+    predicted: bool = False
+    #: why the run predicted (its ``options.predict_why``), where the report says
+    predict_why: str | None = None
 
     @property
     def version(self) -> tuple[int, ...]:
@@ -132,6 +138,8 @@ class Cell:
     detectors: tuple[str, ...] | None = None
     #: the test's ``weaker`` mark (reporting/weaker.py): judged by weaker detectors than asked
     weaker: Mapping[str, str] | None = None
+    #: the case's run was predicted (Run.predicted): its text says so
+    predicted: bool = False
 
     @property
     def n_syncs(self) -> int:
@@ -150,12 +158,15 @@ class Cell:
 
     @property
     def text(self) -> str:
-        """Short cell text: 'clean', '2 syncs (stream_sync)', 'allowed 1 (blocking_copy_h2d)'…"""
+        """Short cell text: 'clean', '2 syncs (stream_sync)', 'allowed 1 (blocking_copy_h2d)'…;
+        in a predicted run '1 sync (blocking_copy_h2d), predicted', and 'not predicted (why)'."""
         if self.state in UNJUDGED:
+            unseen = "not predicted" if self.predicted else "not audited"
             return {"missing": "missing", "skipped": "skipped", "off": "not audited (audit off)",
-                    "not_audited": f"not audited ({self.reason or 'no reason given'})"}[self.state]
+                    "not_audited": f"{unseen} ({self.reason or 'no reason given'})"}[self.state]
         text = summary(self.state, self.n_syncs, self.kinds, self.n_allowed, self.allowed_kinds)
-        return f"{text} {mark(self.weaker)}" if self.weaker else text
+        text = f"{text} {mark(self.weaker)}" if self.weaker else text
+        return text + PREDICTED if self.predicted else text
 
     @property
     def detail(self) -> str:
@@ -167,7 +178,7 @@ class Cell:
             parts.append(f"{plural(self.n_syncs, 'sync')} ({_few(t.phrase for t in self.syncs)})")
         if self.allowed:
             parts.append(f"allowed {self.n_allowed} ({_few(t.phrase for t in self.allowed)})")
-        return " + ".join(parts)
+        return " + ".join(parts) + (PREDICTED if self.predicted else "")
 
     @property
     def signature(self) -> tuple:
@@ -303,14 +314,15 @@ def make_cell(test: TestEntry, run: Run) -> Cell:
         state = audit
     else:
         state = "syncs" if events else "allowed" if allowed else "clean"
-    reason = "no CUDA" if state == "not_audited" and run.device == "cpu" else test.reason
+    reason = ("no CUDA" if state == "not_audited" and run.device == "cpu" and not run.predicted
+              else test.reason)
     numbers = {k: float(v) if _is_number(v) else v for k, v in test.measurements.items()
                if k != timing.SAMPLES_KEY}  # the raw samples are summarised, not listed
     return Cell(state, outcome, tallies(events),
                 tuple(sorted({e.kind or "?" for e in events})), tallies(allowed),
                 tuple(sorted({e.kind or "?" for e in allowed})), reason, numbers,
                 per_site(allowed), timing.samples(test.measurements), per_site(events), audit,
-                test.detectors, test.weaker)
+                test.detectors, test.weaker, run.predicted)
 
 
 def make_run(doc: dict[str, Any], path: str = "") -> Run:
@@ -319,7 +331,14 @@ def make_run(doc: dict[str, Any], path: str = "") -> Run:
     return Run(run_label(doc), str(path), env.get("torch") or "?", device,
                env.get("gpu") if device == "cuda" else None, bool(doc.get("complete", True)),
                provenance.code_identity(doc), provenance.describe(doc),
-               provenance.detectors_used(doc), provenance.code_scope(doc))
+               provenance.detectors_used(doc), provenance.code_scope(doc), is_predicted(doc),
+               _predict_why(doc))
+
+
+def _predict_why(doc: dict[str, Any]) -> str | None:
+    options = doc.get("options")
+    why = options.get("predict_why") if isinstance(options, Mapping) else None
+    return why if isinstance(why, str) else None
 
 
 def build(docs: Iterable[tuple[str, dict[str, Any]]]) -> Matrix:

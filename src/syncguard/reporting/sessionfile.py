@@ -11,7 +11,7 @@ test's ``detectors``, read as is, its tests without ``weaker``; version 3, which
 documents, one record per event, are still read: their events are aggregated on load, every one
 counted as in scope since version 1 had no scopes)::
 
-    {"schema_version": 5, "kind": "syncguard-session", "complete": true,
+    {"schema_version": 5, "kind": "syncguard-session", "complete": true, "predicted": false,
      "created": "2026-11-29T16:00:00+00:00",
      "environment": {"torch": "2.11.0+cu130", "torch_git": "...", "cuda_runtime": "13.0",
                      "driver": "580.159.04", "gpu": "NVIDIA H200", "gpu_count": 1,
@@ -40,6 +40,10 @@ counted as in scope since version 1 had no scopes)::
                 "detectors": ["debug", "trace"],
                 "weaker": {"detectors": "debug,trace", "reason": "cuda detector not used (...)"}}]}
 
+``predicted``: the run's syncs were predicted on CPU stand-ins from rules measured on a GPU
+(``--syncguard-predict``, by default on a machine without CUDA), not measured; optional (a
+report without it says so in ``options.predict``, see :func:`is_predicted`), so older reports
+read as before. ``options.predict_why`` says why the run predicted or not.
 ``scope``: the code scope, which the gate compares, naming no source (one scope given on the
 command line or in the ini is one scope); ``scope_from``, written for a given scope only, says
 where it was given, and ``ignore_from``, written when names are ignored, where those were.
@@ -249,6 +253,7 @@ def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> 
         "schema_version": SESSION_SCHEMA_VERSION,
         "kind": "syncguard-session",
         "complete": False,
+        "predicted": bool(options.get("predict")),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "environment": env,
         "provenance": provenance.collect(options.get("detectors") or (), env),
@@ -257,6 +262,16 @@ def new_document(options: dict[str, Any], env: dict[str, Any] | None = None) -> 
         "frames": [],
         "tests": [],
     }
+
+
+def is_predicted(doc: Mapping[str, Any]) -> bool:
+    """Whether a session report's syncs were predicted (CPU stand-ins, rules measured on a GPU),
+    not measured: its ``predicted``; a report written before that field says it in
+    ``options.predict`` (``--syncguard-predict``), and one older still did not predict."""
+    if isinstance(doc.get("predicted"), bool):
+        return doc["predicted"]
+    options = doc.get("options")
+    return isinstance(options, Mapping) and options.get("predict") is True
 
 
 def session_detectors(tests: Iterable[TestEntry]) -> str | None:
@@ -542,8 +557,9 @@ def _check_header(doc: dict[str, Any]) -> None:
     if "provenance" in doc and not isinstance(doc["provenance"], dict):
         raise SchemaError("'provenance' is not an object")
     check_types(doc.get("provenance") or {}, {"detectors_ran": "str | None"}, "provenance")
-    if not isinstance(doc.get("complete", True), bool):
-        raise SchemaError(f"'complete' is {doc['complete']!r}, not true or false")
+    for key in ("complete", "predicted"):
+        if not isinstance(doc.get(key, True), bool):
+            raise SchemaError(f"{key!r} is {doc[key]!r}, not true or false")
 
 
 def run_label(doc: dict[str, Any]) -> str:
