@@ -127,9 +127,10 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
         if pinned:
             kwargs["pin_memory"] = False
         if (index is not None and getattr(func, "__name__", "") in _DATA_CONSTRUCTORS
-                and args and not isinstance(args[0], torch.Tensor)):
-            # data from Python goes to the device by a blocking copy from pageable memory
-            self._copy_event(False, True, None, False)
+                and args and not is_standin(args[0])):
+            # data from Python or a host tensor goes to the device by a blocking copy
+            host = args[0] if isinstance(args[0], torch.Tensor) else None
+            self._copy_event(False, True, host, False)
         inner = _first_standin_index(args, kwargs)
         if inner is not None:
             self._own.forwarding.append(inner)
