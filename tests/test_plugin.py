@@ -185,6 +185,7 @@ BAD_VALUE = {
     "syncguard_require_cuda": "maybe", "syncguard_fail_on_phase": "sometimes",
     "syncguard_scope": "no_such_pkg_zz", "syncguard_ignore": "no_such_pkg_zz",
     "syncguard_keep_events": "maybe", "syncguard_max_stacks": "-1", "syncguard_predict": "maybe",
+    "syncguard_predict_torch": "latest",
     "syncguard_warmup": "no_such_mod_zz:fn",
 }
 
@@ -981,7 +982,7 @@ def test_every_setting_reaches_an_isolated_child_through_its_command_line(pytest
     chosen = Settings(enabled=True, mode="warn", detectors=("debug", "trace"), races=True,
                       require_cuda=True, fail_on_phase=("compile",), scope=("src", "lib"),
                       ignore=("src/util.py",), keep_events=True, max_stacks=0, predict=True,
-                      predict_why="--syncguard-predict=on")  # the child is told the decision
+                      predict_why="--syncguard-predict=on", predict_torch="2.11")  # the child is told the decision
     unsent = {"report", "isolate", "warmup", "child"}  # the child's own, or not an option
     default = Settings()
     assert {f.name for f in dataclasses.fields(Settings)

@@ -30,11 +30,12 @@ LIBRARY = {
 OPTIONS = ["--syncguard", "--syncguard-mode", "--syncguard-detectors", "--syncguard-races",
            "--syncguard-report", "--syncguard-isolate", "--syncguard-require-cuda",
            "--syncguard-fail-on-phase", "--syncguard-scope", "--syncguard-ignore",
-           "--syncguard-keep-events", "--syncguard-max-stacks", "--syncguard-predict"]
+           "--syncguard-keep-events", "--syncguard-max-stacks", "--syncguard-predict",
+           "--syncguard-predict-torch"]
 INI = ["syncguard", "syncguard_mode", "syncguard_detectors", "syncguard_races", "syncguard_report",
        "syncguard_isolate", "syncguard_require_cuda", "syncguard_fail_on_phase", "syncguard_scope",
        "syncguard_ignore", "syncguard_keep_events", "syncguard_max_stacks", "syncguard_predict",
-       "syncguard_warmup"]
+       "syncguard_predict_torch", "syncguard_warmup"]
 MARKERS = ["syncguard", "allow_sync", "no_syncguard"]
 
 #: flags of ``syncguard`` itself, before any subcommand

@@ -24,6 +24,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,8 +65,7 @@ def predicts_by_default(python: Path, cwd: Path) -> bool:
     for ``--syncguard-predict`` (issue #45's "predict by default")."""
     text = subprocess.run([str(python), "-m", "pytest", "--help", "-p", "no:cacheprovider"],
                           cwd=cwd, capture_output=True, text=True).stdout
-    at = text.find("--syncguard-predict")
-    return at >= 0 and "auto" in text[at:at + 400]
+    return re.search(r"--syncguard-predict=\S*auto", text) is not None
 
 
 def main(argv: list[str]) -> int:

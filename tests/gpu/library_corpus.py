@@ -750,3 +750,79 @@ _batching_snippet("batch_fields_always_pinned_cpu",
                   "cases.batching.batch_fields_always_pinned(items, 'cpu'): pins for nothing",
                   lambda s: __import__("cases.batching", fromlist=["x"])
                   .batch_fields_always_pinned(s.items, "cpu"))
+
+
+# --- what a real suite (kornia, issue #45) calls: the facts that decide each one's sync -------
+# Each pairs with a snippet above that differs in one fact: a dense bmm beside the sparse one,
+# a host scalar written through a CUDA mask beside a device tensor (assign_with_cuda_mask), a
+# CUDA index beside a CPU one, histc's min == max beside its absent range. Their tensors are
+# made by their set-up, outside the region, so the shared state() is unchanged.
+def _kornia_setup(s):
+    import torch
+
+    s.k_a = torch.randn(4, 32, 32, device="cuda")
+    s.k_b = torch.randn(4, 32, 16, device="cuda")
+    s.k_target = s.emb.clone()
+    s.k_value = torch.tensor(-1.0, device="cuda")
+    s.k_host = torch.randn(5, 5)
+    s.k_square = torch.randn(64, 64, device="cuda")
+
+
+@snippet("dense_math", setup=_kornia_setup)
+def dense_bmm(s):
+    """torch.bmm(dense 3-D, dense 3-D): sparse_bmm's dense twin"""
+    __import__("torch").bmm(s.k_a, s.k_b)  # CALL
+
+
+@snippet("dense_math", setup=_kornia_setup)
+def dense_matmul_3d(s):
+    """a @ b on dense 3-D CUDA tensors (kornia's chained transforms)"""
+    s.k_a @ s.k_a  # CALL
+
+
+@snippet("dense_math", setup=_kornia_setup)
+def einsum_batched(s):
+    """torch.einsum('bij,bjk->bik', a, b): a bmm underneath"""
+    __import__("torch").einsum("bij,bjk->bik", s.k_a, s.k_b)  # CALL
+
+
+@snippet("shapes", setup=_kornia_setup)
+def index_put_cuda_mask_host_scalar(s):
+    """x[cuda_mask] = -1.0: a Python scalar through a CUDA mask"""
+    s.k_target[s.mask] = -1.0  # CALL
+
+
+@snippet("shapes", setup=_kornia_setup)
+def index_put_cuda_mask_device_scalar(s):
+    """x[cuda_mask] = 0-dim CUDA tensor"""
+    s.k_target[s.mask] = s.k_value  # CALL
+
+
+@snippet("shapes")
+def index_with_cuda_int_tensor(s):
+    """x[cuda_long_tensor]"""
+    s.emb[s.test_ids]  # CALL
+
+
+@snippet("linalg", setup=_kornia_setup)
+def linalg_svd(s):
+    """torch.linalg.svd(A)"""
+    __import__("torch").linalg.svd(s.k_square)  # CALL
+
+
+@snippet("copies", setup=_kornia_setup)
+def as_tensor_host_tensor_to_cuda(s):
+    """torch.as_tensor(cpu_tensor, device='cuda')"""
+    __import__("torch").as_tensor(s.k_host, device="cuda")  # CALL
+
+
+@snippet("copies")
+def as_tensor_list_to_cuda(s):
+    """torch.as_tensor([0.5, 0.5, 0.5], device='cuda')"""
+    __import__("torch").as_tensor([0.5, 0.5, 0.5], device="cuda")  # CALL
+
+
+@snippet("cpp_syncs")
+def histc_equal_range(s):
+    """torch.histc(x, bins=10, min=0.5, max=0.5): min == max reads the range from the data"""
+    __import__("torch").histc(s.x, bins=10, min=0.5, max=0.5)  # CALL

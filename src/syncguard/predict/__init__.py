@@ -152,9 +152,11 @@ def predicted(torch_version: str | None = None, *, rules: RuleTable | str | None
     that collection already sees ``torch.cuda.is_available()``, and one region per test)."""
     from syncguard.predict.predictor import _active
 
-    if not _active.get(threading.get_ident()):
+    stack = _active.get(threading.get_ident())
+    if not stack:
         raise RuntimeError("predicted() needs an enclosing predicting() block on this thread")
-    predictor, prediction = _new(torch_version, rules, on_event)
+    # a region predicts for the torch its block predicts for (--syncguard-predict-torch)
+    predictor, prediction = _new(torch_version or stack[0].target, rules, on_event)
     push(predictor)
     try:
         yield prediction

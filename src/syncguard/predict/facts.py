@@ -37,12 +37,18 @@ def op_facts(func, args: tuple, kwargs: dict) -> dict[str, Any]:
         if base != "index":
             acc = args[3] if len(args) > 3 else kwargs.get("accumulate", False)
             facts["accumulate"] = bool(acc)
+            # a one-element host value through a mask is a masked_fill_ on a GPU (aten's
+            # canDispatchToMaskedFill): no nonzero, no wait
+            values = args[2] if len(args) > 2 else kwargs.get("values")
+            if (facts.get("mask") == "cuda" and isinstance(values, torch.Tensor)
+                    and not is_standin(values) and values.numel() == 1):
+                facts["values"] = "host_scalar"
         if torch.are_deterministic_algorithms_enabled():  # another kernel, measured apart
             facts["deterministic"] = True
-    elif base == "histc":  # min == max == 0: the range is read from the data on the host
+    elif base == "histc":  # min == max (0 and 0 by default): the range is read from the data
         lo = args[2] if len(args) > 2 else kwargs.get("min", 0)
         hi = args[3] if len(args) > 3 else kwargs.get("max", 0)
-        facts["range"] = "absent" if lo == hi == 0 else "given"
+        facts["range"] = "absent" if lo == hi else "given"
     elif base == "mode":  # the kernel depends on the slice length: only measured ones count
         dim = args[1] if len(args) > 1 else kwargs.get("dim", -1)
         facts["slice_size"] = int(args[0].shape[dim]) if args[0].dim() else 1
@@ -54,6 +60,8 @@ def op_facts(func, args: tuple, kwargs: dict) -> dict[str, Any]:
         dst_c, src_c = is_standin(dst), is_standin(src)
         host = dst if src_c and not dst_c else src if dst_c and not src_c else None
         facts.update(copy_facts(src_c, dst_c, host, nb))
+    if any(t.layout != torch.strided for t in _tensors(args, kwargs)):
+        facts["sparse"] = True  # sparse kernels are others than the dense op of the same name
     return facts
 
 

@@ -39,7 +39,10 @@ MODELLED_FACTS = {
     "accumulate": "index_put's accumulate flag",
     "deterministic": "index op under torch.use_deterministic_algorithms(True) (absent: off)",
     "output_size": "repeat_interleave: 'given' or 'absent'",
-    "range": "histc: 'given', or 'absent' (min == max == 0: read from the data)",
+    "range": "histc: 'given', or 'absent' (min == max: read from the data)",
+    "values": "index_put with a mask: 'host_scalar' for a one-element host value (absent: "
+              "anything else)",
+    "sparse": "an argument is a sparse tensor (absent: every argument is dense)",
     "slice_size": "mode: the length of the reduced dimension (only measured lengths match)",
     "direction": "copy between host and device: 'h2d', 'd2h' or 'd2d'",
     "host": "host side of a copy: 'pinned' or 'pageable'",

@@ -71,6 +71,9 @@ DECLARED: tuple[tuple[str, str, Any, dict, str], ...] = (
      "no detector is named; measure where it has CUDA); a bare --syncguard-predict means on. "
      "Predicted syncs fail a test only with --syncguard-mode=fail given explicitly, otherwise "
      "they are recorded"),
+    ("--syncguard-predict-torch", "syncguard_predict_torch", None, dict(metavar="X.Y"),
+     "predict for this torch version (the one your GPU CI runs), from the rules of the nearest "
+     "measured version, which every predicted sync names (default: the running torch)"),
 )
 
 #: ini keys with no command-line twin
@@ -152,3 +155,14 @@ def early_values(early_config: pytest.Config) -> tuple[bool, Any, bool]:
     on = raw("syncguard")
     on = on if isinstance(on, bool) else str(on).strip().lower() in ("1", "true", "yes", "on")
     return on, raw("syncguard_predict"), raw("syncguard_detectors") is not None
+
+
+def predict_torch_asked(early_config: pytest.Config) -> str | None:
+    """``--syncguard-predict-torch`` (or its ini twin) as given, read as early as
+    :func:`early_values`; None when not given. Unchecked here: the session checks it."""
+    known = getattr(early_config, "known_args_namespace", None) or early_config.option
+    value = getattr(known, "syncguard_predict_torch", None)
+    if value is None:
+        raw = raw_ini(early_config, "syncguard_predict_torch")
+        value = raw.strip() if isinstance(raw, str) and raw.strip() else None
+    return value

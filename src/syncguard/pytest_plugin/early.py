@@ -106,9 +106,16 @@ def open_block(config: pytest.Config) -> None:
     config closes it if the session never takes it."""
     if _BLOCK in config.stash:
         return
+    from syncguard.pytest_plugin.declare import predict_torch_asked
     from syncguard.predict import predicting
+    from syncguard.predict.rules import version_tuple
 
-    block = predicting()
+    target = predict_torch_asked(config)
+    try:
+        version_tuple(target) if target else None
+    except ValueError:
+        target = None  # the session refuses it, naming where it was given
+    block = predicting(target)
     config.stash[_TARGET] = block.__enter__().target
     config.stash[_BLOCK] = block
     config.add_cleanup(lambda: close(config))

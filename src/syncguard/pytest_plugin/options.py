@@ -9,6 +9,7 @@ imports what checking needs, is loaded only by a run that uses syncguard.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -47,14 +48,18 @@ class Settings:
     #: why the session predicts or not (early.Decision.why): ``--syncguard-predict=on``/``off``
     #: as given, or what ``auto`` found
     predict_why: str | None = None
+    predict_torch: str | None = None  # the torch to predict for (default: the running one)
 
     def options(self) -> dict[str, Any]:
         """What the session report records under ``options``."""
-        return {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
-                "isolate": self.isolate, "require_cuda": self.require_cuda,
-                "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
-                "max_stacks": self.max_stacks, "predict": self.predict,
-                **({"predict_why": self.predict_why} if self.predict_why else {})}
+        out = {"mode": self.mode, "detectors": list(self.detectors), "races": self.races,
+               "isolate": self.isolate, "require_cuda": self.require_cuda,
+               "fail_on_phase": list(self.fail_on_phase), "keep_events": self.keep_events,
+               "max_stacks": self.max_stacks, "predict": self.predict,
+               **({"predict_why": self.predict_why} if self.predict_why else {})}
+        if self.predict_torch:  # written only where given: older readers see the same keys
+            out["predict_torch"] = self.predict_torch
+        return out
 
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -93,6 +98,13 @@ def _warmup(value: Any, where: str) -> str:
     return str(value).strip()
 
 
+def _torch_version(value: Any, where: str) -> str:
+    text = str(value).strip()
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", text):
+        raise ValueError(f"{where}: {value!r} is not a torch version (X.Y or X.Y.Z, e.g. 2.11)")
+    return text
+
+
 def _path(value: Any, where: str) -> str:
     return os.path.expanduser(str(value))  # "~/r.json" is the home's, as a shell would have it
 
@@ -124,6 +136,7 @@ CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "syncguard_require_cuda": _bool, "syncguard_fail_on_phase": parse_phases,
     "syncguard_scope": _list, "syncguard_ignore": _list, "syncguard_keep_events": _bool,
     "syncguard_max_stacks": _count, "syncguard_predict": _predict,
+    "syncguard_predict_torch": _torch_version,
 }
 
 #: (flag, dest, parser, default, argparse keywords, help): declare.DECLARED with each parser.
@@ -223,6 +236,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             mode = "record"  # a prediction fails a test only when fail mode is asked for
         return Settings(
             enabled=values["syncguard"], mode=mode, predict=predict, predict_why=decision.why,
+            predict_torch=values["syncguard_predict_torch"],
             detectors=values["syncguard_detectors"], races=values["syncguard_races"],
             report=values["syncguard_report"], isolate=values["syncguard_isolate"],
             require_cuda=values["syncguard_require_cuda"],
