@@ -106,6 +106,10 @@ def _ignores_the_device(x):
     return x + 1
 
 
+def _converts_to_the_inputs_device(x, top: torch.Tensor = torch.tensor(3.0)):
+    return top.to(x) - x
+
+
 def test_torchscript_that_reads_the_device_is_not_predicted_and_computes_as_a_gpu():
     """kornia's color conversions branch on ``image.device.type``; scripted, they took the CPU
     branch (and failed) on stand-ins."""
@@ -169,3 +173,12 @@ def test_a_declared_unpredicted_op_computes_on_the_host_data_and_is_reported(mon
     torch.testing.assert_close(product, z * z.conj())
     assert [(u.what, u.why) for u in p.unmodelled] == [("conj", "a reason"),
                                                        ("unsqueeze", "another")]
+
+
+def test_torchscript_that_converts_to_another_tensors_device_runs_as_on_a_gpu():
+    """kornia's invert: ``max_val.to(image)`` scripted took the stand-in's C++ device."""
+    with predicting() as p:
+        x = torch.ones(3, device="cuda")
+        out = torch.jit.script(_converts_to_the_inputs_device)(x)
+    assert isinstance(out, CudaStandIn) and unwrap(out).tolist() == [2.0] * 3
+    assert [u.why.startswith("TorchScript") for u in p.unmodelled] == [True], p.format()
