@@ -10,7 +10,7 @@ what our own Python costs per region; CUPTI's share, and the figure the issue's 
 in, come from the GPU (``lab/probe_routing.py``).
 
 Printed: the median µs of ``--n`` regions (perf_counter_ns around each ``with``), and the
-pieces of a region, each timed alone on the same objects (median µs of a timeit loop): the
+pieces of a region, each timed alone on the same objects (the fastest of several timeit loops, µs): the
 region and its report made, ``registry.resolve``, ``neighbours.present()``,
 ``routing.scopes_changed()``, the hub's acquire+release of a region, the backward engine's
 proxy installed and restored, the hub's lock. Pieces overlap and are timed warm, so they need
@@ -38,9 +38,10 @@ C_SOURCES = "src/syncguard/detectors/cuda/_cuptifast_c"
 
 
 def _piece(fn, number: int = 2000, repeat: int = 9) -> float:
-    """Median µs of one call of ``fn`` over ``repeat`` loops of ``number``."""
+    """µs of one call of ``fn``: the fastest of ``repeat`` loops of ``number`` (timeit's way:
+    the others were slowed by what else the machine ran)."""
     fn()
-    return statistics.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
 def measure(n: int) -> dict:
@@ -77,7 +78,8 @@ def measure(n: int) -> dict:
         region = syncguard.audit()
         pieces = {
             "region and its report made (audit())": _piece(syncguard.audit),
-            "Report() alone": _piece(lambda: Report(detectors=())),
+            "its report alone, as a region makes it": _piece(
+                getattr(Report, "fresh", None) or (lambda: Report(detectors=()))),
             "registry.resolve(('auto',))": _piece(lambda: registry.resolve(("auto",))),
             "neighbours.present()": _piece(neighbours.present),
             "routing.scopes_changed()": _piece(routing.scopes_changed),
@@ -159,7 +161,7 @@ def table(runs: dict[str, list[dict]]) -> list[str]:
           f"{first['callback']}) · python {first['python']} · torch {first['torch']}", "",
           "`python bench/bench_region.py " + " ".join(sys.argv[1:]) + "`; each column: the "
           "median of its child processes' medians (run alternately), µs. Pieces are each timed "
-          "alone, warm; they overlap and need not add up to the whole.", "",
+          "alone, warm (fastest of 9 loops); they overlap and need not add up to the whole.", "",
           "| | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
 
     def row(name, get):

@@ -516,6 +516,36 @@ def test_cupti_not_taken_back_says_why_and_each_later_region_tries_again(path):
     hub.release(b)
 
 
+@pytest.mark.parametrize("teardown", [None, "0", "1"])
+def test_cupti_not_taken_back_names_the_remedy_and_syncguard_never_sets_it(monkeypatch, teardown):
+    """Fake libcupti refusing the second subscription (Kineto kept CUPTI after its trace): the
+    reason (the hub's ``weaker``, what the refused region is told) names TEARDOWN_CUPTI=1 as the
+    remedy (with Kineto's teardown a later region takes CUPTI back: measured on the H200 in
+    reports/probes/routing-1bfd7e3/routing-2.11.0.md), or, where it is set already, says a later
+    region takes it back. syncguard never sets the variable: torch.compile sets it to 0 with
+    CUDA graphs, and setting it would change the user's program."""
+    if teardown is None:
+        monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    else:
+        monkeypatch.setenv("TEARDOWN_CUPTI", teardown)
+    hub = FakeHub()
+    hub.acquire(a := FakeRegion())
+    hub.release(a)
+    hub.hand_over(Site())
+    hub.lib.lib.subscribe_error = 39
+    hub.take_back()
+    with pytest.raises(DetectorUnavailable) as e:
+        hub.acquire(FakeRegion())
+    assert str(e.value) == hub.weaker
+    if teardown == "1":
+        assert hub.weaker.endswith("; TEARDOWN_CUPTI=1 is set: Kineto lets CUPTI go after a "
+                                   "trace, at a later CUDA call, and a later region takes it back")
+    else:
+        assert hub.weaker.endswith("; Kineto keeps CUPTI after a trace; set TEARDOWN_CUPTI=1 "
+                                   "(not with CUDA graphs) to let regions take it back")
+    assert os.environ.get("TEARDOWN_CUPTI") == teardown  # left as the user set it, or unset
+
+
 def test_wrapped_profiler_functions_call_the_hooks_around_torchs_own(monkeypatch):
     """Fake stand-ins for torch's profiler functions: the hand-over runs before the start, the
     take-back after the stop (even when the stop raises), a failing hook never reaches the

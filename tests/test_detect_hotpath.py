@@ -284,3 +284,41 @@ def test_pointer_kinds_ask_once_per_pointer_and_skip_failed_queries(path, monkey
         ("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "managed"), ("h2d", None),
         ("h2d", "pinned"), ("d2d", None), ("d2h", "pageable"), ("h2d", "pinned"),
         ("d2d", None), (None, None)]
+
+
+def test_a_fresh_region_report_is_the_dataclass_default_with_lists_of_its_own():
+    """Region reports are made with RegionReport.fresh (no dataclass __init__): what it makes
+    must equal RegionReport() field for field, and no two share a list."""
+    from syncguard.records.events import RegionReport
+
+    a, b = RegionReport.fresh(), RegionReport.fresh()
+    want = RegionReport()
+    assert a == want and vars(a) == vars(want)
+    assert [f.name for f in dataclasses.fields(RegionReport)] == list(vars(RegionReport()))
+    for f in dataclasses.fields(RegionReport):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, list):
+            assert x is not y and x == []
+    a.syncs.append("x")
+    assert b.syncs == [] and RegionReport.fresh().syncs == []
+
+
+def test_auto_resolves_afresh_when_the_cuda_detector_changes(monkeypatch):
+    """registry.resolve remembers its answer per request and callback: a changed callback or
+    an unavailable cuda detector still gives the answer the detector says now."""
+    from syncguard import detectors as registry
+
+    cuda = registry.get("cuda")
+    monkeypatch.setattr(type(cuda), "unavailable", lambda self: None)
+    monkeypatch.setattr(cuda.hub, "callback", "C callback")
+    got = registry.resolve(("auto", "races"))
+    assert got == (("cuda", "races"), "cuda: CUPTI callbacks on the CUDA runtime and driver "
+                                      "(C callback)")
+    assert registry.resolve(("auto", "races")) is got  # remembered
+    monkeypatch.setattr(cuda.hub, "callback", "Python callback (why)")
+    assert registry.resolve(("auto", "races"))[1].endswith("(Python callback (why))")
+    monkeypatch.setattr(type(cuda), "unavailable", lambda self: "no libcupti")
+    assert registry.resolve(("auto", "races")) == (
+        ("debug", "trace", "races"), "debug,trace: cuda detector unavailable (no libcupti)")
+    assert registry.resolve(("auto", "profile"))[0] == ("debug", "trace", "profile")
+    assert registry.resolve(("debug",)) == (("debug",), None)

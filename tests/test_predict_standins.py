@@ -106,6 +106,10 @@ def _ignores_the_device(x):
     return x + 1
 
 
+def _converts_to_the_inputs_device(x, top: torch.Tensor = torch.tensor(3.0)):
+    return top.to(x) - x
+
+
 def test_torchscript_that_reads_the_device_is_not_predicted_and_computes_as_a_gpu():
     """kornia's color conversions branch on ``image.device.type``; scripted, they took the CPU
     branch (and failed) on stand-ins."""
@@ -121,3 +125,60 @@ def test_torchscript_that_reads_the_device_is_not_predicted_and_computes_as_a_gp
     whys = [u.why for u in p.unmodelled]
     assert len(whys) == 2 and all(w.startswith("TorchScript") for w in whys), p.format()
     assert scripted(torch.ones(3)).tolist() == [2.0] * 3  # a host tensor runs it scripted
+
+
+@pytest.mark.parametrize("move", [
+    lambda x, dev: x.to(dev), lambda x, dev: x.cuda(), lambda x, dev: x.to(torch.float64),
+    lambda x, dev: x.type_as(torch.ones(1, dtype=torch.float64, device="cuda")),
+    lambda x, dev: x.cuda().cpu(),
+])
+def test_moves_and_conversions_keep_the_autograd_graph(move):
+    """kornia's shift_rgb gradcheck: ``.to(image)`` of a leaf made a stand-in with no grad_fn,
+    and the gradient to the host tensor was lost."""
+    with predicting():
+        x = torch.tensor([0.5, 2.0], requires_grad=True)
+        y = move(x, torch.device("cuda"))
+        assert y.grad_fn is not None
+        (grad,) = torch.autograd.grad((y * 3).sum(), x)
+    assert type(grad) is torch.Tensor and grad.dtype == torch.float32
+    assert grad.tolist() == [3.0, 3.0]  # d(3 * sum(x))/dx, as torch computes on the host
+
+
+def test_gradcheck_of_a_function_that_moves_a_host_tensor_to_the_device():
+    def shift(image, r):
+        return (image + r.view(-1, 1).to(image)).clamp(min=0, max=1)
+
+    with predicting():
+        image = torch.rand(2, 3, device="cuda", dtype=torch.float64, requires_grad=True)
+        r = torch.tensor([0.1], dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(shift, (image, r), fast_mode=True)
+
+
+def test_a_declared_unpredicted_op_computes_on_the_host_data_and_is_reported(monkeypatch):
+    """The plumbing of ``unpredicted.py``'s table, with a stand-in entry (the real table's
+    entries are checked by tests/test_predict_opinfo.py): the op runs on the stand-ins' CPU
+    data, its outputs are stand-ins, an in-place one returns its input with the new shape."""
+    from syncguard.predict import unpredicted
+
+    table = {fn: ("conj", "a reason") for fn in unpredicted.resolve("conj")}
+    table.update({fn: ("unsqueeze", "another") for fn in unpredicted.resolve("unsqueeze")})
+    monkeypatch.setattr(unpredicted, "_BY_CALLABLE", table)
+    z = torch.tensor([1 + 2j, 3 - 1j])
+    with predicting() as p:
+        x = z.cuda()
+        c = torch.conj(x)
+        y = x.unsqueeze_(0)
+        assert isinstance(c, CudaStandIn) and c.is_conj() and y is x and x.shape == (1, 2)
+        product = unwrap(x[0] * c)
+    torch.testing.assert_close(product, z * z.conj())
+    assert [(u.what, u.why) for u in p.unmodelled] == [("conj", "a reason"),
+                                                       ("unsqueeze", "another")]
+
+
+def test_torchscript_that_converts_to_another_tensors_device_runs_as_on_a_gpu():
+    """kornia's invert: ``max_val.to(image)`` scripted took the stand-in's C++ device."""
+    with predicting() as p:
+        x = torch.ones(3, device="cuda")
+        out = torch.jit.script(_converts_to_the_inputs_device)(x)
+    assert isinstance(out, CudaStandIn) and unwrap(out).tolist() == [2.0] * 3
+    assert [u.why.startswith("TorchScript") for u in p.unmodelled] == [True], p.format()

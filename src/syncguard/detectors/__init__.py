@@ -82,10 +82,26 @@ def resolve(requested: tuple[str, ...]) -> tuple[tuple[str, ...], str | None]:
     """Replace ``auto`` by the most complete detector available; the reason says what was chosen."""
     if AUTO not in requested:
         return requested, None
-    rest = tuple(n for n in requested if n != AUTO)
+    rest = _rest.get(requested)
+    if rest is None:
+        rest = tuple(n for n in requested if n != AUTO)
+        if len(_rest) < 64:
+            _rest[requested] = rest
     # the profiler and the cuda detector cannot both hold CUPTI (one subscriber per process)
-    why = "the profile detector holds CUPTI" if "profile" in rest else get("cuda").unavailable()
+    cuda = get("cuda")
+    why = "the profile detector holds CUPTI" if "profile" in rest else cuda.unavailable()
     if why is None:
-        return tuple(dict.fromkeys(("cuda",) + rest)), (
-            f"cuda: CUPTI callbacks on the CUDA runtime and driver ({get('cuda').callback})")
+        # every region asks: the answer is made once per (request, callback) and reused
+        callback = cuda.callback
+        hit = _chosen.get((requested, callback))
+        if hit is None:
+            hit = (tuple(dict.fromkeys(("cuda",) + rest)),
+                   f"cuda: CUPTI callbacks on the CUDA runtime and driver ({callback})")
+            if len(_chosen) < 64:
+                _chosen[(requested, callback)] = hit
+        return hit
     return tuple(dict.fromkeys(FALLBACK + rest)), f"{','.join(FALLBACK)}: cuda detector unavailable ({why})"
+
+
+_rest: dict[tuple, tuple] = {}  # a request -> its names without auto
+_chosen: dict[tuple, tuple] = {}  # (request, the cuda detector's callback) -> resolve's answer

@@ -30,6 +30,7 @@ from syncguard.predict.predictor import Predictor, active
 from syncguard.predict.rng import seeded_draw
 from syncguard.predict.rules import op_name
 from syncguard.predict.tensors import _rewrap, is_standin, unwrap, wrap
+from syncguard.predict.unpredicted import lookup as unpredicted
 
 __all__ = ["PredictFunctionMode", "PredictDispatchMode", "PinningMode"]
 
@@ -111,6 +112,9 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             return self._new_tensor(func, args, kwargs)
         if method == "type" and is_standin(args[0]):
             return self._type(args, kwargs)
+        declared = unpredicted(func)
+        if declared is not None and _first_standin_index(args, kwargs) is not None:
+            return self._unpredicted(func, args, kwargs, *declared)
         if method == "type_as" and (is_standin(args[0]) or is_standin(args[1])):
             # C++ converts to the other's options, whose device is a stand-in's real one, the
             # CPU; on a GPU the result is on the other's device, with its dtype
@@ -147,6 +151,16 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
         if pinned:
             tree_map(lambda o: mark_pinned(o) if isinstance(o, torch.Tensor) else o, out)
         return out
+
+    def _unpredicted(self, func, args, kwargs, name: str, why: str):
+        """An op of the table in ``unpredicted.py``: run on the stand-ins' CPU data with the
+        modes off (the values a GPU computes), outputs labelled again, reported."""
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        self.p.cannot(name, why)
+        with _disable_current_modes():
+            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        return _rewrap(out, args, kwargs, True, _first_standin_index(args, kwargs))
 
     def _new_tensor(self, func, args, kwargs):
         """``standin.new_tensor(data)``: on a GPU a tensor on the stand-in's device (C++ would
@@ -211,6 +225,11 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             fmt, copy, dst_cuda = kwargs.get("memory_format"), False, True
         else:
             copy = bool(kwargs.pop("copy", False))
+            # copy given by position: to(other, non_blocking, copy), to(dtype, non_blocking,
+            # copy), to(device, dtype, non_blocking, copy); torch's parser takes none of them
+            at = 3 if rest and not isinstance(rest[0], (torch.Tensor, torch.dtype)) else 2
+            if len(rest) > at:
+                copy, rest = bool(rest[at]), tuple(rest[:at]) + tuple(rest[at + 1:])
             if rest and isinstance(rest[0], torch.Tensor):
                 other = rest[0]
                 dev, dtype = other.device, other.dtype
@@ -228,14 +247,38 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             index = check_ordinal(cuda_index(dev))
             dst_cuda = src_cuda if dev is None else index is not None
         elem = unwrap(src)
+        fmt = fmt or torch.preserve_format
         if dst_cuda == src_cuda:
-            out = elem.to(dtype=dtype, copy=copy, memory_format=fmt or torch.preserve_format)
+            out = elem.to(dtype=dtype, copy=copy, memory_format=fmt)
             if out is elem:
                 return src
-            return wrap(out, src._sg_index if src_cuda else index or 0) if dst_cuda else out
-        self._copy_event(src_cuda, dst_cuda, elem if not src_cuda else None, non_blocking)
-        out = elem.to(dtype=dtype, copy=True, memory_format=fmt or torch.preserve_format)
+            if not dst_cuda:  # host to host: torch's own
+                return out
+            index = src._sg_index
+        else:
+            self._copy_event(src_cuda, dst_cuda, elem if not src_cuda else None, non_blocking)
+            out = elem.to(dtype=dtype, copy=True, memory_format=fmt)
+        if torch.is_grad_enabled() and src.requires_grad:
+            return _Move.apply(src, dst_cuda, index or 0, dtype, fmt)
         return wrap(out, index or 0) if dst_cuda else out
+
+
+class _Move(torch.autograd.Function):
+    """A move or conversion with a stand-in on either side, differentiable as torch's ``to``
+    is on a GPU (a stand-in's data is detached, so the copy alone would cut the graph): the
+    gradient goes back to the source's device and dtype."""
+
+    @staticmethod
+    def forward(ctx, src, dst_cuda: bool, index: int, dtype, fmt):
+        ctx.src_cuda, ctx.src_dtype = is_standin(src), src.dtype
+        ctx.src_index = src._sg_index if ctx.src_cuda else 0
+        out = unwrap(src).to(dtype=dtype, copy=True, memory_format=fmt)
+        return wrap(out, index) if dst_cuda else out
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = unwrap(grad).to(ctx.src_dtype)
+        return (wrap(g, ctx.src_index) if ctx.src_cuda else g), None, None, None, None
 
 
 #: aten ops that take host tensors beside CUDA ones on a GPU, so a stand-in mixed with a CPU
@@ -272,6 +315,20 @@ def _check_one_device(func, args, kwargs) -> None:
         raise RuntimeError(_MIXED_MESSAGE.format(standin._sg_index))
 
 
+_LAZY_BITS = (torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative)
+
+
+def _lazy_bits_read():
+    """The kernel a dispatch mode runs gets the conjugate and negative bits read again: torch
+    calls a mode with them switched off (they were resolved on its inputs), but a composite
+    kernel makes conjugate views of its own (``linalg_pinv``'s ``mH``), which are then
+    multiplied as if not conjugated (wrong values under any dispatch mode)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in _LAZY_BITS:
+        exclude = exclude.remove(key)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
+
+
 class PredictDispatchMode(_Collecting, TorchDispatchMode):
     """Every aten op: stand-ins unwrapped, the table asked, outputs labelled again."""
 
@@ -302,10 +359,9 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
         elif touched and func._schema.name == "aten::_to_copy":
             self._to_copy(args, kwargs, cuda)
         with seeded_draw(func, kwargs) if touched else nullcontext():  # rng.py: "cuda" draws
-            out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
-        wrap_out = touched and not (func._schema.name == "aten::_to_copy" and not cuda
-                                    and kwargs.get("device") is not None)
-        out = _rewrap(out, args, kwargs, wrap_out, index or 0)
+            with _lazy_bits_read():
+                out = func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs))
+        out = _rewrap(out, args, kwargs, touched, index or 0)
         if func._schema.name in _HOST_OUTPUTS:  # outputs a CUDA kernel leaves on the host
             out = tuple(unwrap(o) if i in _HOST_OUTPUTS[func._schema.name] else o
                         for i, o in enumerate(out))
@@ -314,10 +370,14 @@ class PredictDispatchMode(_Collecting, TorchDispatchMode):
         return out
 
     def _to_copy(self, args, kwargs, to_cuda: bool) -> None:
-        """``_to_copy`` issued by torch's own code (e.g. torch.tensor(data, device=...))."""
+        """``_to_copy`` issued by torch's own code (e.g. torch.tensor(data, device=...)). Of a
+        stand-in it is a conversion on the device, whatever device it names: C++ converts with
+        the tensor's own options (``softmax(dtype=)``, ``toType``), whose device is the
+        stand-in's real one, the CPU; a move to the host never gets here (C++ sees no move, and
+        the function mode makes the user's)."""
         src = args[0]
         src_cuda = is_standin(src)
-        dst_cuda = to_cuda or (src_cuda and kwargs.get("device") is None)
+        dst_cuda = to_cuda or src_cuda
         if src_cuda != dst_cuda:
             self.p.decide("aten::_to_copy", copy_facts(src_cuda, dst_cuda,
                                                        None if src_cuda else src,

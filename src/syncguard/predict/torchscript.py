@@ -35,9 +35,16 @@ _DEVICE_READS = frozenset({"prim::device", "prim::is_cuda", "prim::is_cpu", "ate
 
 
 def _kinds(block) -> set[str]:
+    """The node kinds of a graph, a conversion to another tensor's device and dtype
+    (``x.to(other)``, ``x.type_as(other)``, which take the other's C++ device) named
+    ``prim::device`` as the read it is."""
     out = set()
     for node in block.nodes():
-        out.add(node.kind())
+        kind = node.kind()
+        out.add(kind)
+        if kind in ("aten::to", "aten::type_as") and len(list(node.inputs())) > 1 and (
+                list(node.inputs())[1].type().kind() == "TensorType"):
+            out.add("prim::device")
         for inner in node.blocks():
             out |= _kinds(inner)
     return out

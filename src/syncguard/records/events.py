@@ -164,6 +164,15 @@ class RegionReport:
     #: such a region is never reported clean (it says what it could not see)
     not_predicted: list[str] = field(default_factory=list)
 
+    @classmethod
+    def fresh(cls) -> "RegionReport":
+        """``cls()``, every field at its default, made without the dataclass ``__init__``: a
+        region makes one at every entry, on the audited program's path. The fields it sets are
+        checked against the dataclass's own at import (:data:`_FRESH`)."""
+        report = object.__new__(cls)
+        report.__dict__.update(_FRESH, syncs=[], allowed=[], races=[], notes=[], not_predicted=[])
+        return report
+
     @property
     def clean(self) -> bool:
         return not self.syncs and not self.races
@@ -222,6 +231,13 @@ class RegionReport:
         parts = [f"{len(self.syncs)} sync(s)"] + ([f"{len(self.races)} race(s)"] if self.races else [])
         return ", ".join(parts) + f" ({', '.join(kinds)})" + unseen
 
+
+#: RegionReport's fields that have a default value (not a list), as ``fresh`` sets them
+_FRESH = {f.name: f.default for f in dataclasses.fields(RegionReport)
+          if f.default is not dataclasses.MISSING}
+if set(_FRESH) | {"syncs", "allowed", "races", "notes", "not_predicted"} != {
+        f.name for f in dataclasses.fields(RegionReport)}:  # a field added without fresh() knowing it
+    raise ImportError("RegionReport.fresh does not set every field of RegionReport")
 
 #: The name before 0.2, kept so code written against it (and ``syncguard.Report``) keeps working.
 Report = RegionReport

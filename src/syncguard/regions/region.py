@@ -186,7 +186,7 @@ class Region:
             parsed, self.fail_on_phases = _parse(*key)
         self.detectors = ("predict",) if predict else parsed
         self.races = bool(races) and not predict
-        self.report = Report(detectors=())
+        self.report = Report.fresh()
         self.observations: list = []
         self.profile_syncs: list = []
         self.state: dict = {}  # per-detector scratch space for this region

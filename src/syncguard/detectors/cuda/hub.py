@@ -16,7 +16,8 @@ callback returns at once), every id off, the callbacks still running drained wit
 released, then unsubscribed. Regions open then go on with sync-debug mode (detector ``debug``)
 and say so. At the profiler's stop (``_disable_profiler``) the hub tries to subscribe again;
 where Kineto keeps its subscriber, that fails, and every later region runs without the cuda
-detector, its report giving the reason (:attr:`CuptiHub.weaker`); each later region tries again.
+detector, its report giving the reason (:attr:`CuptiHub.weaker`), which names the remedy
+(``TEARDOWN_CUPTI=1``, never set by syncguard: :func:`kept_remedy`); each later region tries again.
 """
 from __future__ import annotations
 
@@ -219,12 +220,13 @@ class CuptiHub(CallPath, CuptiCalls):
             why = None if self._ready else self.unavailable()
             if why:
                 raise DetectorUnavailable(why)
-            if self.subscribed and self.users == 0 and self._with is not self.fast:
-                self._give_back()  # the callback was changed (bench, tests): subscribe it instead
-            if not self.subscribed:
-                self._take()
-            if self.users == 0:
-                self._first_region()
+            if self.users == 0 or not self.subscribed:  # else held, and a region open already
+                if self.subscribed and self.users == 0 and self._with is not self.fast:
+                    self._give_back()  # the callback was changed (bench, tests): subscribe it
+                if not self.subscribed:
+                    self._take()
+                if self.users == 0:
+                    self._first_region()
             self.users += 1
             self.regions.append(region)
             thread = _get_ident()
@@ -284,7 +286,8 @@ class CuptiHub(CallPath, CuptiCalls):
                 from syncguard.detectors.hooks import HUBS
                 HUBS.debug.disarm()
                 self._debug = False
-            self.activity.records.clear()
+            if self.activity.records:
+                self.activity.records.clear()
             self.backward.ambiguous = 0
 
     def flush(self) -> None:
@@ -301,8 +304,7 @@ class CuptiHub(CallPath, CuptiCalls):
             self._subscribe()
         except DetectorUnavailable as e:
             if self.hand_overs:  # lent before: whoever took it kept it
-                self.weaker = (f"CUPTI not taken back after torch.profiler ({e}); "
-                               "Kineto keeps its CUPTI subscriber once it has profiled")
+                self.weaker = f"CUPTI not taken back after torch.profiler ({e}); {kept_remedy()}"
                 raise DetectorUnavailable(self.weaker) from None
             self.weaker = str(e)  # another client (a profiler before any region) holds it
             raise
@@ -403,6 +405,19 @@ class CuptiHub(CallPath, CuptiCalls):
             self.users = 0
             self._last_region()
             self.handed, self.weaker = False, None
+
+
+def kept_remedy(environ=os.environ) -> str:
+    """What a region that could not take CUPTI back after a profiler says of Kineto, and what the
+    user can do: with ``TEARDOWN_CUPTI=1`` Kineto lets CUPTI go after its trace (at a later CUDA
+    call, so a later region's retry takes it back). syncguard never sets it: torch.compile sets
+    it to 0 with CUDA graphs, whose capture the teardown crashes, and setting it would change
+    the user's program."""
+    if environ.get("TEARDOWN_CUPTI") == "1":
+        return ("TEARDOWN_CUPTI=1 is set: Kineto lets CUPTI go after a trace, at a later CUDA "
+                "call, and a later region takes it back")
+    return ("Kineto keeps CUPTI after a trace; set TEARDOWN_CUPTI=1 (not with CUDA graphs) to "
+            "let regions take it back")
 
 
 def wrap_profiler(hand_over, take_back, wrappers: dict | None = None) -> list:
