@@ -1,16 +1,10 @@
 import pytest
 
-
-def _cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+from tests.gpu import cuda_available
 
 
 def pytest_collection_modifyitems(config, items):
-    if _cuda():
+    if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine)")
     for item in items:

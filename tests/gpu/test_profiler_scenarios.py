@@ -18,20 +18,12 @@ import os
 import pytest
 
 from tests.gpu import profiler_scenarios as ps
+from tests.gpu import skip_module_without_cuda
 
 pytestmark = pytest.mark.gpu
 
 
-def _cuda():
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-if not _cuda():
-    pytest.skip("needs CUDA", allow_module_level=True)
+skip_module_without_cuda()
 
 
 @pytest.mark.parametrize("where, thread", ps.SCENARIOS, ids=[ps.name(*s) for s in ps.SCENARIOS])

@@ -12,20 +12,13 @@ import sys
 
 import pytest
 
+from tests.gpu import skip_module_without_cuda
+
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _cuda():
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-if not _cuda():
-    pytest.skip("needs CUDA", allow_module_level=True)
+skip_module_without_cuda()
 
 
 def run(name, tmp_path, tag="", **extra_env):
