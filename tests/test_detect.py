@@ -551,7 +551,7 @@ def test_wrapped_profiler_functions_call_the_hooks_around_torchs_own(monkeypatch
     take-back after the stop (even when the stop raises), a failing hook never reaches the
     profiler, and unwrap puts torch's functions back."""
     ap = pytest.importorskip("torch.autograd.profiler")
-    from syncguard.detectors.cuda.hub import unwrap, wrap_profiler
+    from syncguard.detectors.cuda.lending import unwrap, wrap_profiler
 
     seen = []
 

@@ -54,8 +54,8 @@ from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, Cud
 from syncguard.detectors.cuda import neighbours
 from syncguard.detectors.cuda.hostmem import ByCorrelation, pointer_functions, pointer_kinds
 from syncguard.detectors.seam import DetectorUnavailable
-from syncguard.detectors.cuda.hub import (HUB, CuptiHub, fast_callback, unwrap,  # noqa: F401
-                                          wrap_profiler)
+from syncguard.detectors.cuda.hub import HUB, CuptiHub, fast_callback  # noqa: F401
+from syncguard.detectors.cuda.lending import unwrap, wrap_profiler  # noqa: F401
 
 
 class Cuda:
