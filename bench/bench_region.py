@@ -17,8 +17,9 @@ proxy installed and restored, the hub's lock. Pieces overlap and are timed warm,
 not add up to the whole; they say where to cut.
 
 ``--vs REV``: the same measurement, in alternating child processes, of this checkout and of
-REV's ``src/`` (from ``git archive``; the built C callback of this checkout is copied in where
-REV's C sources are the same): the two figures side by side in one run, and their ratio.
+REV's ``src/`` (from ``git archive``, with REV's own C callback: this checkout's build where
+REV's C sources are the same, else built from them): the two figures side by side in one run,
+and their ratio.
 ``--out`` writes the table as markdown.
 """
 from __future__ import annotations
@@ -122,11 +123,12 @@ def _profile(audit, n: int = 5000, top: int = 10) -> list:
 
 
 def _rev_tree(rev: str) -> str:
-    """REV's src/ in a temporary folder, with this checkout's built C callback where REV's C
-    sources are this checkout's."""
+    """REV's src/ in a temporary folder, with REV's C callback: this checkout's build where REV's
+    C sources are this checkout's, else built there from REV's own sources and setup.py (the
+    columns then compare each version's own C, as a user who installs it gets)."""
     d = tempfile.mkdtemp(prefix="bench_region_")
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src"], check=True,
-                             capture_output=True).stdout
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev, "src", "setup.py", "pyproject.toml"],
+                             check=True, capture_output=True).stdout
     subprocess.run(["tar", "xf", "-", "-C", d], input=archive, check=True)
     same = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", rev, "--", C_SOURCES]).returncode == 0
     if same:
@@ -134,6 +136,9 @@ def _rev_tree(rev: str) -> str:
         for f in os.listdir(built):
             if f.startswith("_cuptifast") and f.endswith(".so"):
                 shutil.copy(os.path.join(built, f), os.path.join(d, "src/syncguard/detectors/cuda", f))
+    else:
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=d,
+                       check=True, capture_output=True)
     return os.path.join(d, "src")
 
 

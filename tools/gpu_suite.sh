@@ -6,7 +6,8 @@
 # loop); core: matrix without the timings; overhead: only the timings (the overhead and merge benchmarks); extras: the mutation experiment, the race benchmark and the plugin's sample project
 # (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
 # the device-side row variant's first measurement; detector: issue 44's detector summary (the
-# profiler scenario tests, then bench/detector_summary.py reading their verdicts); full: both (over the device's 10-minute call limit: make it two calls, matrix then
+# profiler scenario tests, then bench/detector_summary.py reading their verdicts; scenarios and
+# summary: each half alone); cupti134: the CUPTI 13.4 multi-subscriber probe; full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
@@ -91,9 +92,18 @@ if [ "$what" = devrows ]; then
 fi
 # detector: the profiler scenarios (each in processes of its own, their verdicts kept), then the
 # summary's timings alone on the host, reading those verdicts: OUTDIR/detector-summary.json
-if [ "$what" = detector ]; then
+# (scenarios: only the first half, a correctness step a lease may run beside another version's;
+# summary: only the second, alone on the host, reading the verdicts the first kept)
+if [ "$what" = detector ] || [ "$what" = scenarios ]; then
   step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
+fi
+if [ "$what" = detector ] || [ "$what" = summary ]; then
   step "detector-summary-$ver" $py bench/detector_summary.py --out "$out" --scenarios-from "$out/scenarios" --rounds "${SYNCGUARD_SUMMARY_ROUNDS:-60}"
+fi
+# cupti134: lab/probe_cupti_multisub.py with the nvidia-cuda-cupti 13.4 wheel carried in .whl-cupti/
+if [ "$what" = cupti134 ]; then
+  $py -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl-cupti/*.whl')[0]).extract('nvidia/cu13/lib/libcupti.so.13', '/tmp/c134')"
+  step "cupti134-$ver" $py lab/probe_cupti_multisub.py --lib /tmp/c134/nvidia/cu13/lib/libcupti.so.13 --out "$out/cupti134"
 fi
 if [ "$what" = poison ]; then
   step poison-serial $py -m pytest $C samples/gpu_project/poison $P --syncguard --syncguard-report="$out/poison-serial.json"

@@ -25,6 +25,11 @@ FALLBACK = ("debug", "trace")
 
 _registry: dict[str, Detector] = {}
 _ordered: dict[tuple, tuple] = {}  # selected names -> their detectors in order (every region asks)
+#: a region's requested detectors -> (the cuda detector, the names that ran, the reason), for the
+#: requests that resolved to the cuda detector alone; a region of such a request enters and
+#: leaves through the detector's fused ``arm_alone`` while the hub is in its steady state
+#: (:meth:`syncguard.detectors.cuda.hub.CuptiHub.enter_alone`), else through the seam as usual
+CUDA_ALONE: dict[tuple, tuple] = {}
 
 
 def register(detector: Detector) -> Detector:
@@ -32,6 +37,7 @@ def register(detector: Detector) -> Detector:
         raise ValueError(f"detector {detector.name!r} is already registered")
     _registry[detector.name] = detector
     _ordered.clear()
+    CUDA_ALONE.clear()
     return detector
 
 

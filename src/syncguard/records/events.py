@@ -144,7 +144,7 @@ class RaceEvent(_Event):
     detectors: tuple[str, ...] = ("races",)
 
 
-@dataclass
+@dataclass(slots=True)
 class RegionReport:
     """What one audited region (``audit()``/``forbid()``, or one test's call phase) saw.
 
@@ -167,10 +167,18 @@ class RegionReport:
     @classmethod
     def fresh(cls) -> "RegionReport":
         """``cls()``, every field at its default, made without the dataclass ``__init__``: a
-        region makes one at every entry, on the audited program's path. The fields it sets are
-        checked against the dataclass's own at import (:data:`_FRESH`)."""
+        region makes one at every entry, on the audited program's path. That it equals ``cls()``
+        is checked at import."""
         report = object.__new__(cls)
-        report.__dict__.update(_FRESH, syncs=[], allowed=[], races=[], notes=[], not_predicted=[])
+        report.syncs = []
+        report.allowed = []
+        report.races = []
+        report.detectors = ()
+        report.cuda_available = True
+        report.reason = None
+        report.notes = []
+        report.detector_reason = None
+        report.not_predicted = []
         return report
 
     @property
@@ -232,12 +240,12 @@ class RegionReport:
         return ", ".join(parts) + f" ({', '.join(kinds)})" + unseen
 
 
-#: RegionReport's fields that have a default value (not a list), as ``fresh`` sets them
-_FRESH = {f.name: f.default for f in dataclasses.fields(RegionReport)
-          if f.default is not dataclasses.MISSING}
-if set(_FRESH) | {"syncs", "allowed", "races", "notes", "not_predicted"} != {
-        f.name for f in dataclasses.fields(RegionReport)}:  # a field added without fresh() knowing it
-    raise ImportError("RegionReport.fresh does not set every field of RegionReport")
+try:  # a field added without fresh() knowing it: unset (a slot raises) or not its default
+    _fresh_whole = RegionReport.fresh() == RegionReport()
+except AttributeError:
+    _fresh_whole = False
+if not _fresh_whole:
+    raise ImportError("RegionReport.fresh does not set every field of RegionReport to its default")
 
 #: The name before 0.2, kept so code written against it (and ``syncguard.Report``) keeps working.
 Report = RegionReport

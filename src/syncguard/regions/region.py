@@ -24,7 +24,7 @@ import threading
 from typing import Any, Callable, Iterable
 
 from syncguard import detectors as registry
-from syncguard.detectors import routing
+from syncguard.detectors import CUDA_ALONE as _CUDA_ALONE, routing
 from syncguard.attribution.frames import is_tracing
 from syncguard.attribution.codescope import split_names
 from syncguard.detectors.seam import DetectorUnavailable
@@ -166,7 +166,7 @@ class Region:
     # step), with caches cold there; fixed slots are less to allocate and touch than a __dict__
     __slots__ = ("detectors", "fail_on_phases", "races", "report", "observations",
                  "profile_syncs", "state", "_id", "_armed", "_finishers", "_registered",
-                 "_race_detector", "_entered", "_traced")
+                 "_race_detector", "_entered", "_traced", "_alone")
 
     raise_on_exit = False  # forbid(): raise SyncError on exit for a sync not allowed
 
@@ -179,11 +179,14 @@ class Region:
         # (sys.modules first: the module is never imported where nothing predicts)
         predict = predict or ("syncguard.predict" in sys.modules and _inside_prediction())
         # (predicting, the detectors asked for are not parsed: none of them runs)
-        key = (DETECTORS if predict else detectors, fail_on_phases)
-        try:  # the arguments as parsed before: one region per test or step, on the program's path
-            parsed, self.fail_on_phases = _PARSED[key]
-        except (KeyError, TypeError):  # TypeError: a list, not hashable; parsed each time
-            parsed, self.fail_on_phases = _parse(*key)
+        if (predict or detectors is DETECTORS) and fail_on_phases == ():
+            parsed, self.fail_on_phases = DETECTORS, ()  # the defaults, as _parse gives them
+        else:
+            key = (DETECTORS if predict else detectors, fail_on_phases)
+            try:  # as parsed before: one region per test or step, on the program's path
+                parsed, self.fail_on_phases = _PARSED[key]
+            except (KeyError, TypeError):  # TypeError: a list, not hashable; parsed each time
+                parsed, self.fail_on_phases = _parse(*key)
         self.detectors = ("predict",) if predict else parsed
         self.races = bool(races) and not predict
         self.report = Report.fresh()
@@ -197,6 +200,7 @@ class Region:
         self._race_detector = None
         self._entered = False
         self._traced = False
+        self._alone = False  # armed through the cuda detector's fused arm_alone
 
     @property
     def marker(self) -> str:
@@ -219,6 +223,15 @@ class Region:
             if reason:
                 self.report.cuda_available, self.report.reason = False, reason
                 return self.report
+        # the cuda detector alone, as resolved for this request before: armed and scoped in one
+        # call (False where the hub is not in its steady state, and the seam's way runs)
+        alone = None if self.races else _CUDA_ALONE.get(self.detectors)
+        if alone is not None and alone[0][0].arm_alone(self):
+            report = self.report
+            self._armed, report.detectors, report.detector_reason = alone
+            self._alone = True
+            self._registered = True
+            return report
         try:
             self._arm()
         except BaseException:
@@ -268,6 +281,9 @@ class Region:
         ran = tuple(map(_NAME, self._armed))
         self.report.detectors = ran + (("races",) if self.races else ())
         self.report.detector_reason = why
+        if ran == ("cuda",) and not self.races and names == ("cuda",) and len(_CUDA_ALONE) < 64:
+            # the next region of this request enters through the detector's fused arm_alone
+            _CUDA_ALONE[self.detectors] = ((self._armed[0],), ran, why)
 
     # -- leaving --------------------------------------------------------------------------------
     def __exit__(self, exc_type, exc, tb):
@@ -275,6 +291,12 @@ class Region:
         if self._traced or not self.report.cuda_available:
             return False
         interrupted = exc_type is not None and not issubclass(exc_type, Exception)
+        if self._alone and self._armed[0].disarm_alone(self):  # left in one call, as entered
+            self._registered = self._alone = False
+            self._finishers, self._armed = self._armed, ()
+            if self.observations:
+                self._finish(exc_type, interrupted)
+            return False
         try:
             if self._registered:
                 self._registered = False
@@ -285,7 +307,14 @@ class Region:
                 else:
                     _leave(_regions, lambda r: r is self)
         finally:
+            self._alone = False
             self._disarm()
+        self._finish(exc_type, interrupted)
+        return False
+
+    def _finish(self, exc_type, interrupted: bool) -> None:
+        """The report made from what the detectors saw; SyncError for forbid()."""
+        __tracebackhide__ = True
         if not interrupted:
             self._finalize()
         else:  # KeyboardInterrupt, SystemExit, GeneratorExit: what was seen is still reported
@@ -296,7 +325,6 @@ class Region:
                 self.report.notes.append(f"not analysed after {exc_type.__name__}: {e!r}")
         if self.raise_on_exit and exc_type is None and not self.report.clean:
             raise SyncError(self.report)
-        return False
 
     def _disarm(self) -> None:
         """Undo _arm in reverse; every step runs even if an earlier one fails."""
@@ -310,12 +338,13 @@ class Region:
                     self.report.notes.append(f"races not checked: {det.reason}")
             except BaseException as e:  # keep restoring; re-raise the first failure after
                 errors.append(e)
-        for det in reversed(self._armed):
+        armed, self._armed = self._armed, ()
+        self._finishers = armed  # finish() runs in detector order, as armed
+        for det in reversed(armed):
             try:
                 det.disarm(self)
             except BaseException as e:
                 errors.append(e)
-        self._finishers, self._armed = list(self._armed), []
         if errors:
             raise errors[0]
 

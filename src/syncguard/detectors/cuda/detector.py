@@ -52,6 +52,7 @@ from syncguard.records.events import (_SYNC_FIELDS, BLOCKING_COPY_D2H, BLOCKING_
 from syncguard.detectors.cuda.calls import (COPY, DRIVER_APIS, RUNTIME_APIS, CudaCall,  # noqa: F401
                         canonical)
 from syncguard.detectors.cuda import neighbours
+from syncguard.detectors.routing import threads as _threads
 from syncguard.detectors.cuda.hostmem import ByCorrelation, pointer_functions, pointer_kinds
 from syncguard.detectors.seam import DetectorUnavailable
 from syncguard.detectors.cuda.hub import HUB, CuptiHub, fast_callback  # noqa: F401
@@ -87,18 +88,39 @@ class Cuda:
             raise DetectorUnavailable(neighbours.present())
         self.hub.acquire(region)
 
+    def arm_alone(self, region) -> bool:
+        """:meth:`arm` fused with the region's entry into its context's scopes, for a region of
+        this detector alone (``registry.CUDA_ALONE``), in one call into the C module
+        (``_cuptifast_c/regions.c``): True when armed and scoped; False, nothing changed, where
+        the C callback is not the one subscribed, the hub is not in its steady state or another
+        CUPTI tool is present, and the region arms through the seam instead."""
+        hub = self.hub
+        fast = hub.fast
+        return fast is not None and not neighbours.present() and fast.enter_alone(hub, region, _threads)
+
+    def disarm_alone(self, region) -> bool:
+        """:meth:`disarm` fused with the region's exit from its context's scopes, for a region
+        :meth:`arm_alone` armed: True when done; False, nothing changed, where the hub left its
+        steady state meanwhile or the report has something to note, and the region leaves
+        through the seam instead."""
+        hub = self.hub
+        fast = hub.fast
+        return fast is not None and fast.leave_alone(hub, region, _threads)
+
     def disarm(self, region) -> None:
         hub = self.hub
         activity = hub.activity
-        if activity.on:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity) only
-            hub.flush()
-        if activity.records:  # a copy of what this region may need, before release clears
-            region.state.setdefault("cuda_records", {}).update(activity.records)
+        if activity.on or activity.records:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity)
+            if activity.on:
+                hub.flush()
+            if activity.records:  # a copy of what this region may need, before release clears
+                region.state.setdefault("cuda_records", {}).update(activity.records)
         if hub.backward.ambiguous:
             region.report.notes.append(
                 f"cuda detector: {hub.backward.ambiguous} call(s) on autograd threads while "
                 "several backward passes ran at once were not attributed")
-        errors = hub.errors + activity.errors + (hub.fast.errors() if hub.fast is not None else 0)
+        fast = hub.fast
+        errors = hub.errors + activity.errors + (fast.errors() if fast is not None else 0)
         if errors:
             region.report.notes.append(f"cuda detector: {errors} callback error(s) swallowed")
         hub.release(region)

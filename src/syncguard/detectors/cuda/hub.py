@@ -147,8 +147,7 @@ class CuptiHub(CallPath, CuptiCalls, Lending):
     why a region entered now runs without the cuda detector), :meth:`lent`."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.users = 0
+        self.lock = _hub_lock()
         self.generation = 0
         self.lib: C.Cupti | None = None
         self.handle = ctypes.c_void_p()
@@ -181,6 +180,11 @@ class CuptiHub(CallPath, CuptiCalls, Lending):
         self.hostmem = os.environ.get("SYNCGUARD_CUDA_HOSTMEM", "pointer")
         if self.hostmem not in ("pointer", "activity"):
             raise ValueError(f"SYNCGUARD_CUDA_HOSTMEM must be 'pointer' or 'activity', got {self.hostmem!r}")
+
+    @property
+    def users(self) -> int:
+        """How many regions hold the subscription now (each listed in ``regions`` once)."""
+        return len(self.regions)
 
     # -- availability and the callback table ----------------------------------------------------
     def unavailable(self) -> str | None:
@@ -223,7 +227,6 @@ class CuptiHub(CallPath, CuptiCalls, Lending):
                     self._take()
                 if self.users == 0:
                     self._first_region()
-            self.users += 1
             self.regions.append(region)
             thread = _get_ident()
             region.state["cuda_thread"] = thread
@@ -233,10 +236,13 @@ class CuptiHub(CallPath, CuptiCalls, Lending):
 
     def release(self, region) -> None:
         with self.lock:
-            if region not in self.regions:
+            regions = self.regions
+            if regions and regions[-1] is region:  # the last entered, as nearly always
+                regions.pop()
+            elif region in regions:
+                regions.remove(region)
+            else:
                 return
-            self.regions.remove(region)
-            self.users -= 1
             thread = region.state.pop("cuda_thread", 0)
             if thread:  # routing.route, inline: every region
                 n = _threads.get(thread, 0) - 1
@@ -301,7 +307,6 @@ class CuptiHub(CallPath, CuptiCalls, Lending):
             for r in self.regions:
                 self._route(r.state.pop("cuda_thread", 0), -1)
             self.regions.clear()
-            self.users = 0
             self._last_region()
             self.handed, self.weaker = False, None
 
@@ -337,6 +342,16 @@ def fast_callback(hub: CuptiHub):
     hub._cb_fast = C.CALLBACK(_cuptifast.callback_address())
     routing.scopes_changed = _cuptifast.scopes_changed  # what its GIL-free repeats check
     return _cuptifast, "C callback"
+
+
+def _hub_lock():
+    """A re-entrant lock: the C module's (which its fused region entry takes without a Python
+    call) where it was built, else threading's."""
+    try:
+        from syncguard.detectors.cuda import _cuptifast
+    except ImportError:
+        return threading.RLock()
+    return _cuptifast.HubLock()
 
 
 def _thread_name() -> str:

@@ -7,7 +7,8 @@
  * routing.c (which threads the callback works for; the gate a hand-over closes), frames.c (the user's frame and site; where the thread is), call.c (the Call type),
  * pairing.c (pairing and folding a call into the thread's last one), callback.c (the CUPTI
  * callback and the recording), pointers.c and combine.c (a region's calls into events at its
- * exit), module.c (the Python-facing functions and the module).
+ * exit), lock.c (the hub's lock), regions.c (a region of the cuda detector alone, entered and
+ * left in one call each), module.c (the Python-facing functions and the module).
  */
 #ifndef SYNCGUARD_CUPTIFAST_H
 #define SYNCGUARD_CUPTIFAST_H
@@ -234,6 +235,15 @@ extern __thread ThreadState T;
  * outlives its last region's exit here. */
 extern PyObject *last_regions, *last_lists;
 void forget(void);
+
+/* ---- lock.c: the hub's re-entrant lock, taken from C without a Python call ------------------ */
+extern PyTypeObject HubLockType;
+int hublock_acquire(PyObject *lock); /* blocks with the GIL released while another thread holds it */
+int hublock_release(PyObject *lock); /* -1 (RuntimeError) where this thread does not hold it */
+
+/* ---- regions.c: a region of the cuda detector alone, entered and left in one call each ---- */
+PyObject *fn_enter_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fn_leave_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 void callback(void *userdata, int domain, uint32_t cbid, const CallbackData *d);
 
 /* ---- frames.c: the user's frame and site --------------------------------------------------- */

@@ -389,6 +389,10 @@ static PyMethodDef methods[] = {
     {"gate", fn_gate, METH_NOARGS, "Whether callbacks are let through (False after shut(), until on())."},
     {"forget", fn_forget, METH_NOARGS,
      "Drop the regions remembered for handing calls over (off() does it too)."},
+    {"enter_alone", (PyCFunction)(void (*)(void))fn_enter_alone, METH_FASTCALL,
+     "enter_alone(hub, region, routing.threads) -> whether the region entered (regions.c)"},
+    {"leave_alone", (PyCFunction)(void (*)(void))fn_leave_alone, METH_FASTCALL,
+     "leave_alone(hub, region, routing.threads) -> whether the region left (regions.c)"},
     {"callback_address", fn_address, METH_NOARGS, "The C callback to give cuptiSubscribe."},
     {"new_generation", fn_new_generation, METH_NOARGS, "Make every thread's call state stale."},
     {"scopes_changed", fn_scopes_changed, METH_NOARGS,
@@ -421,6 +425,11 @@ PyMODINIT_FUNC PyInit__cuptifast(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Call", (PyObject *)&CallType) < 0) { Py_DECREF(m); return NULL; }
+    if (PyType_Ready(&HubLockType) < 0 ||
+        PyModule_AddObjectRef(m, "HubLock", (PyObject *)&HubLockType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddStringConstant(m, "SOURCE_DIGEST", SYNCGUARD_SOURCE_DIGEST) < 0) {
         Py_DECREF(m);
         return NULL;
