@@ -18,16 +18,30 @@ seeds differ (random ops, ``empty``) is compared on everything but values.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 import torch
+from hypothesis import settings
 from torch.utils._pytree import tree_flatten, tree_map
 
 from syncguard.predict import CudaStandIn, predicting, unpredicted
 from syncguard.predict.tensors import unwrap
 
+
+def _hypothesis_profile() -> str:
+    getter = getattr(settings, "get_current_profile_name", None)  # newer hypothesis
+    return getter() if getter else settings._current_profile
+
+
+# torch's testing module loads a hypothesis profile of its own at import ("pytorch_ci" under
+# CI): the suite's (conftest.py) is put back, or every hypothesis test after this module in the
+# same process would run with torch's settings
+_PROFILE = _hypothesis_profile()
 from torch.testing._internal import common_methods_invocations as common  # noqa: E402
+
+settings.load_profile(_PROFILE)
 
 DTYPES = (torch.float32, torch.complex64, torch.int64, torch.bool)
 SAMPLES = 4
@@ -179,11 +193,15 @@ def run_op(name: str):
     with predicting():
         for op in BY_NAME[name]:
             for dtype in [d for d in DTYPES if d in op.supported_dtypes("cpu")]:
+                # the same draws whichever tests ran before in this process (xdist's order)
+                torch.manual_seed(0)
                 try:
-                    samples = list(op.sample_inputs("cuda", dtype, requires_grad=False))
+                    # only the samples used are made (OpInfo makes them one by one)
+                    samples = list(itertools.islice(
+                        op.sample_inputs("cuda", dtype, requires_grad=False), SAMPLES))
                 except Exception:  # noqa: BLE001 - an OpInfo that cannot make samples here
                     continue
-                for i, sample in enumerate(samples[:SAMPLES]):
+                for i, sample in enumerate(samples):
                     parts = _parts(sample)
                     if any(t.layout not in _LAYOUTS for t in _tensors(parts)):
                         continue  # see _LAYOUTS
