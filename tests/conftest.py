@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from tests.gpu import cuda_available
@@ -10,6 +12,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _torch_dynamo_imported_once():
+    """torch._dynamo imported before any test, in each process that runs tests.
+
+    Importing it registers C++ operator libraries (torch._inductor.test_operators), which a second
+    import cannot register again. A ``pytester`` test puts back ``sys.modules`` as it was before
+    the test (and before each in-process run), so when such a test was the first to import it
+    (any TorchDispatchMode's first use does, prediction's included), the next import in that
+    process registered again and raised. Which test comes first depends on the order, so under
+    xdist one worker at random failed dozens of later tests. Imported here, it is in every
+    snapshot. The import sets TORCHINDUCTOR_CACHE_DIR, which the subprocesses that tests start
+    would inherit: it is put back as it was.
+    """
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    import torch._dynamo  # noqa: F401
+
+    if cache is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
 
 
 # -- pytester programs shared by the prediction tests ------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument, NoSuchExample
 
@@ -15,6 +15,14 @@ from syncguard import strategies as sgs
 
 CUDA = torch.cuda.is_available()
 FEW = settings(max_examples=25, deadline=None)
+#: find()'s own example budget, without its shrink phase: a "can the strategy reach this" check
+#: needs one such value, not the smallest (shrinking merge inputs cost seconds per find)
+REACH = settings(max_examples=2000, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+def reach(strategy, condition):
+    """A value of ``strategy`` meeting ``condition`` (NoSuchExample if none is drawn)."""
+    return find(strategy, condition, settings=REACH)
 
 
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -52,11 +60,12 @@ def test_mask_patterns_have_their_shape(pattern, check):
 
 def test_runs_make_contiguous_spans_and_density_is_bounded():
     # a mask with a run of at least 3 tokens exists in the "runs" pattern
-    find(sgs.masks(tokens=30, patterns=("runs",)),
-         lambda m: bool((m[2:] & m[1:-1] & m[:-2]).any()))
-    never = find(sgs.masks(tokens=20, patterns=("density",), max_density=0.0), lambda m: True)
+    reach(sgs.masks(tokens=30, patterns=("runs",)),
+          lambda m: bool((m[2:] & m[1:-1] & m[:-2]).any()))
+    # any drawn mask must keep the bound: the first one drawn, not find()'s shrunk smallest
+    never = reach(sgs.masks(tokens=20, patterns=("density",), max_density=0.0), lambda m: True)
     assert not never.any()
-    always = find(sgs.masks(tokens=20, patterns=("density",), min_density=1.0), lambda m: True)
+    always = reach(sgs.masks(tokens=20, patterns=("density",), min_density=1.0), lambda m: True)
     assert always.all()
 
 
@@ -120,9 +129,9 @@ def test_embedding_shapes_within_bounds(shape):
 
 
 def test_embedding_shapes_reach_awkward_hidden_sizes_and_every_layout():
-    find(sgs.embedding_shapes(max_hidden=8192), lambda s: s.hidden % 8 and s.hidden > 4000)
+    reach(sgs.embedding_shapes(max_hidden=8192), lambda s: s.hidden % 8 and s.hidden > 4000)
     for layout in sgs.LAYOUTS:
-        find(sgs.embedding_shapes(), lambda s, want=layout: s.layout == want)
+        reach(sgs.embedding_shapes(), lambda s, want=layout: s.layout == want)
     with pytest.raises(InvalidArgument, match=r"^embedding_shapes\(\): min_hidden=0 must be in"):
         sgs.embedding_shapes(min_hidden=0)
     with pytest.raises(InvalidArgument, match=r"layouts has unknown value\(s\) \['diagonal'\]"):
@@ -222,12 +231,12 @@ def test_fresh_copies_bits_and_layout_but_not_memory(inp):
 
 
 def test_merge_inputs_reach_lists_empty_lists_casts_and_mismatches():
-    find(sgs.merge_inputs(), lambda i: i.mm_container == "list" and len(i.mm_embeds) > 1)
-    find(sgs.merge_inputs(), lambda i: i.mm_container == "list" and len(i.mm_embeds) == 0)
-    find(sgs.merge_inputs(), lambda i: i.mm_container == "list"
-         and any(t.dim() == 3 for t in i.mm_embeds))
-    find(sgs.merge_inputs(mm_dtype=sgs.dtypes()), lambda i: i.mm_dtype != i.dtype)
-    find(sgs.merge_inputs(extra_rows=-1), lambda i: i.extra_rows == -1)
+    reach(sgs.merge_inputs(), lambda i: i.mm_container == "list" and len(i.mm_embeds) > 1)
+    reach(sgs.merge_inputs(), lambda i: i.mm_container == "list" and len(i.mm_embeds) == 0)
+    reach(sgs.merge_inputs(), lambda i: i.mm_container == "list"
+          and any(t.dim() == 3 for t in i.mm_embeds))
+    reach(sgs.merge_inputs(mm_dtype=sgs.dtypes()), lambda i: i.mm_dtype != i.dtype)
+    reach(sgs.merge_inputs(extra_rows=-1), lambda i: i.extra_rows == -1)
 
 
 def test_random_bits_cover_special_values_and_are_reproducible():
