@@ -193,15 +193,24 @@ static PyObject *unlocked(PyObject *lock, PyObject *out) {
     return out;
 }
 
+/* The start of both calls: the hub's lock taken (``*lock``, NULL where that raised) and its
+ * instance dict (``*hub``, NULL where that raised); 1 in the steady state, 0 elsewhere, -1 with an
+ * exception set. */
+static int begin(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject **lock,
+                 PyObject **hub) {
+    *hub = NULL;
+    if (!(*lock = locked(args, nargs))) return -1;
+    if (!(*hub = PyObject_GenericGetDict(args[0], NULL))) return -1;
+    return PyDict_Check(*hub) ? steady(*hub, module) : 0;
+}
+
 /* enter_alone(hub, region, threads) -> True (entered: listed, routed, scoped), or False */
 PyObject *fn_enter_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *lock = locked(args, nargs);
+    PyObject *lock, *hub, *regions, *state = NULL, *key = NULL, *held = NULL, *scoped = NULL,
+             *out = NULL;
+    int t = begin(module, args, nargs, &lock, &hub);
     if (!lock) return NULL;
     PyObject *region = args[1], *threads = args[2];
-    PyObject *hub = NULL, *regions, *state = NULL, *key = NULL, *held = NULL, *scoped = NULL,
-             *out = NULL;
-    if (!(hub = PyObject_GenericGetDict(args[0], NULL))) goto done;
-    int t = PyDict_Check(hub) ? steady(hub, module) : 0;
     if (t <= 0) { out = t < 0 ? NULL : Py_NewRef(Py_False); goto done; }
     regions = get(hub, s_regions); /* borrowed */
     state = PyObject_GetAttr(region, s_state);
@@ -242,13 +251,11 @@ done:
 
 /* leave_alone(hub, region, threads) -> True (left: unscoped, unrouted, unlisted), or False */
 PyObject *fn_leave_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *lock = locked(args, nargs);
+    PyObject *lock, *hub, *regions, *state = NULL, *held = NULL, *scoped = NULL, *backward = NULL,
+             *activity = NULL, *out = NULL;
+    int t = begin(module, args, nargs, &lock, &hub);
     if (!lock) return NULL;
     PyObject *region = args[1], *threads = args[2];
-    PyObject *hub = NULL, *regions, *state = NULL, *held = NULL, *scoped = NULL, *backward = NULL,
-             *activity = NULL, *out = NULL;
-    if (!(hub = PyObject_GenericGetDict(args[0], NULL))) goto done;
-    int t = PyDict_Check(hub) ? steady(hub, module) : 0;
     if (t <= 0) { out = t < 0 ? NULL : Py_NewRef(Py_False); goto done; }
     backward = Py_XNewRef(get(hub, s_backward));
     activity = Py_XNewRef(get(hub, s_activity));
