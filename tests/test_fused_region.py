@@ -168,6 +168,21 @@ def test_the_fused_path_steps_aside_while_cupti_is_lent(hub, monkeypatch):
     assert again.detectors == ("cuda",) and _quiet(hub)
 
 
+def test_the_fused_path_steps_aside_where_host_memory_is_told_by_activity_records(hub, monkeypatch):
+    """SYNCGUARD_CUDA_HOSTMEM=activity: a region's entry switches CUPTI's memcpy records on (the
+    seam's path, _first_region) and its exit off; between regions they are off, which must not
+    read as the steady state (found on the H200: the second region had no memcpy record)."""
+    monkeypatch.setattr(hub, "hostmem", "activity")
+    switched = []
+    monkeypatch.setattr(hub.activity, "enable", lambda lib: switched.append("on"))
+    with syncguard.audit():
+        pass
+    seen = _spy(monkeypatch, hub)
+    with syncguard.audit():
+        pass
+    assert seen == {"acquire": 1, "release": 1} and switched == ["on", "on"]
+
+
 def test_regions_on_many_threads_at_once_leave_nothing_behind(hub):
     with syncguard.audit():
         pass

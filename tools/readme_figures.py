@@ -229,15 +229,44 @@ def predict_calibration(data: dict | None = None) -> str:
             f"snippet's rules derived without it): {_share(held['whether'])}.")
 
 
+def _version_key(path: Path) -> tuple:
+    return tuple(int(x) for x in path.parent.name.split("."))
+
+
+def detector_summary() -> str:
+    """Issue 44's summary on each torch measured (``reports/gpu/<v>/detector-summary.json``,
+    ``bench/detector_summary.py``), oldest torch first."""
+    paths = sorted((ROOT / "reports" / "gpu").glob("*/detector-summary.json"), key=_version_key)
+    if not paths:
+        return "No detector summary measured yet."
+    docs = [json.loads(p.read_text()) for p in paths]
+    workloads = list(docs[0]["ratios"])
+    commits = sorted({d["commit"][:7] for d in docs})
+    out = [f"The default detector's summary on each torch (`bench/detector_summary.py`, commit "
+           f"{', '.join(commits)}; `reports/gpu/<v>/detector-summary.md` gives each ratio's "
+           "interval and each scenario's verdict): an empty `audit()` entered and left, each "
+           "workload's time over bare (median of per-round ratios), and the profiler scenarios.", "",
+           "| torch | empty region, µs | " + " | ".join(workloads)
+           + " | scenarios | profiler errors | regions without `cuda` |",
+           "|---|---|" + "---|" * len(workloads) + "---|---|---|"]
+    for d in docs:
+        p = d["profiler"]
+        out.append(f"| {d['torch']} | {d['region_enter_exit_us']:.2f} | "
+                   + " | ".join(f"{d['ratios'][w]:.3f}×" for w in workloads)
+                   + f" | {p['scenarios']} | {p['profiler_errors']} | {p['regions_without_cuda']} |")
+    return "\n".join(out)
+
+
 BLOCKS = {"predict-calibration": predict_calibration, "merge-table": merge_table, "detector-cost": detector_cost_table,
           "detector-cost-versions": detector_cost_by_version, "detector-cost-parts": detector_cost_parts,
-          "atlas-transitions": atlas_transitions}
+          "atlas-transitions": atlas_transitions, "detector-summary": detector_summary}
 
 
 #: which docs file holds which generated blocks (paths from the repository root)
 DOCS = {"docs/prediction.md": ("predict-calibration",),
         "docs/cases.md": ("merge-table",),
-        "docs/performance.md": ("detector-cost-parts", "detector-cost", "detector-cost-versions"),
+        "docs/performance.md": ("detector-summary", "detector-cost-parts", "detector-cost",
+                                "detector-cost-versions"),
         "docs/atlas.md": ("atlas-transitions",)}
 
 

@@ -4,7 +4,7 @@
  * alone (``registry.CUDA_ALONE``), through detector.py's ``Cuda.arm_alone``/``disarm_alone``: the
  * hub's acquire() and release() (hub.py) and the region's scope bookkeeping (the regions context
  * variable, scopes_changed()) in the hub's steady state: subscribed with this module's callback,
- * CUPTI not lent, no activity records, no sync-debug stand-in. Anywhere else each returns False
+ * CUPTI not lent, host memory told by pointer (no activity records), no sync-debug stand-in. Anywhere else each returns False
  * with nothing changed, and the region takes the usual Python path, which handles every state.
  *
  * Same bookkeeping as the Python path, under the hub's lock: the region listed in ``hub.regions``
@@ -20,7 +20,7 @@
 static PyObject *s_lock, *s_acquire, *s_release, *s_subscribed, *s_with, *s_fast, *s_handed,
                 *s_debug, *s_activity, *s_on, *s_regions, *s_backward, *s_install, *s_restore,
                 *s_state, *s_cuda_thread, *s_ambiguous, *s_errors, *s_records, *s_clear, *s_saved,
-                *s_proxy, *s_variable, *s_engine, *s_execution_engine;
+                *s_proxy, *s_variable, *s_engine, *s_execution_engine, *s_hostmem, *s_pointer;
 
 static int strings(void) {
     if (s_lock) return 0;
@@ -33,7 +33,8 @@ static int strings(void) {
     INTERN(s_ambiguous, "ambiguous"); INTERN(s_errors, "errors"); INTERN(s_records, "records");
     INTERN(s_clear, "clear"); INTERN(s_saved, "_saved"); INTERN(s_proxy, "_proxy");
     INTERN(s_variable, "_variable"); INTERN(s_engine, "_engine");
-    INTERN(s_execution_engine, "_execution_engine");
+    INTERN(s_execution_engine, "_execution_engine"); INTERN(s_hostmem, "hostmem");
+    INTERN(s_pointer, "pointer");
     INTERN(s_lock, "lock"); /* last: the others are made once this one is */
 #undef INTERN
     return 0;
@@ -69,11 +70,16 @@ static inline PyObject *get(PyObject *d, PyObject *name) { return PyDict_GetItem
 static int steady(PyObject *hub, PyObject *module) {
     PyObject *sub = get(hub, s_subscribed), *fast = get(hub, s_fast), *with = get(hub, s_with),
              *handed = get(hub, s_handed), *debug = get(hub, s_debug),
-             *activity = get(hub, s_activity);
+             *activity = get(hub, s_activity), *hostmem = get(hub, s_hostmem);
     if (PyErr_Occurred()) return -1;
     if (sub != Py_True || fast != module || with != module || handed != Py_False ||
-        debug != Py_False || !activity)
+        debug != Py_False || !activity || !hostmem)
         return 0;
+    /* host memory told by pointer: with activity records (SYNCGUARD_CUDA_HOSTMEM=activity) each
+     * region's first entry switches them on, which only the seam's path does */
+    int by_pointer = PyUnicode_Check(hostmem) ? PyUnicode_Compare(hostmem, s_pointer) : -1;
+    if (by_pointer == -1 && PyErr_Occurred()) return -1;
+    if (by_pointer != 0) return 0;
     int on = truth(activity, s_on);
     return on < 0 ? -1 : !on;
 }
@@ -187,15 +193,24 @@ static PyObject *unlocked(PyObject *lock, PyObject *out) {
     return out;
 }
 
+/* The start of both calls: the hub's lock taken (``*lock``, NULL where that raised) and its
+ * instance dict (``*hub``, NULL where that raised); 1 in the steady state, 0 elsewhere, -1 with an
+ * exception set. */
+static int begin(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject **lock,
+                 PyObject **hub) {
+    *hub = NULL;
+    if (!(*lock = locked(args, nargs))) return -1;
+    if (!(*hub = PyObject_GenericGetDict(args[0], NULL))) return -1;
+    return PyDict_Check(*hub) ? steady(*hub, module) : 0;
+}
+
 /* enter_alone(hub, region, threads) -> True (entered: listed, routed, scoped), or False */
 PyObject *fn_enter_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *lock = locked(args, nargs);
+    PyObject *lock, *hub, *regions, *state = NULL, *key = NULL, *held = NULL, *scoped = NULL,
+             *out = NULL;
+    int t = begin(module, args, nargs, &lock, &hub);
     if (!lock) return NULL;
     PyObject *region = args[1], *threads = args[2];
-    PyObject *hub = NULL, *regions, *state = NULL, *key = NULL, *held = NULL, *scoped = NULL,
-             *out = NULL;
-    if (!(hub = PyObject_GenericGetDict(args[0], NULL))) goto done;
-    int t = PyDict_Check(hub) ? steady(hub, module) : 0;
     if (t <= 0) { out = t < 0 ? NULL : Py_NewRef(Py_False); goto done; }
     regions = get(hub, s_regions); /* borrowed */
     state = PyObject_GetAttr(region, s_state);
@@ -236,13 +251,11 @@ done:
 
 /* leave_alone(hub, region, threads) -> True (left: unscoped, unrouted, unlisted), or False */
 PyObject *fn_leave_alone(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *lock = locked(args, nargs);
+    PyObject *lock, *hub, *regions, *state = NULL, *held = NULL, *scoped = NULL, *backward = NULL,
+             *activity = NULL, *out = NULL;
+    int t = begin(module, args, nargs, &lock, &hub);
     if (!lock) return NULL;
     PyObject *region = args[1], *threads = args[2];
-    PyObject *hub = NULL, *regions, *state = NULL, *held = NULL, *scoped = NULL, *backward = NULL,
-             *activity = NULL, *out = NULL;
-    if (!(hub = PyObject_GenericGetDict(args[0], NULL))) goto done;
-    int t = PyDict_Check(hub) ? steady(hub, module) : 0;
     if (t <= 0) { out = t < 0 ? NULL : Py_NewRef(Py_False); goto done; }
     backward = Py_XNewRef(get(hub, s_backward));
     activity = Py_XNewRef(get(hub, s_activity));
