@@ -1160,9 +1160,11 @@ def test_a_hypothesis_deadline_stays_when_nothing_can_be_audited(pytester, run):
     its deadline passed."""
     pytester.makepyfile(test_m="""
         import time
-        from hypothesis import given, settings, strategies as st
+        from hypothesis import Phase, given, settings, strategies as st
 
-        @settings(deadline=50, max_examples=2, derandomize=True, database=None)
+        # no shrink phase: shrinking a deadline failure reruns the slow body many times over
+        @settings(deadline=50, max_examples=2, derandomize=True, database=None,
+                  phases=[Phase.generate])
         @given(st.integers())
         def test_slow(a):
             time.sleep(0.15)

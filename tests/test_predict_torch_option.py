@@ -20,9 +20,9 @@ def test_item():
 def run(pytester):
     pytester.makepyfile(test_m=TEST)
 
-    def _run(*args):
-        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--syncguard",
-                                             "--syncguard-predict", *args, timeout=180)
+    def _run(*args):  # in-process: tests/conftest.py keeps torch._dynamo imported across runs
+        return pytester.runpytest_inprocess("-p", "no:cacheprovider", "--syncguard",
+                                            "--syncguard-predict", *args)
     return _run
 
 
