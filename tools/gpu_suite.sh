@@ -7,7 +7,7 @@
 # (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
 # the device-side row variant's first measurement; detector: issue 44's detector summary (the
 # profiler scenario tests, then bench/detector_summary.py reading their verdicts; scenarios and
-# summary: each half alone); cupti134: the CUPTI 13.4 multi-subscriber probe; full: both (over the device's 10-minute call limit: make it two calls, matrix then
+# summary: each half alone); full: both (over the device's 10-minute call limit: make it two calls, matrix then
 # extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
 # OUTDIR into $OUT (the device returns at most 8 files).
 #
@@ -99,11 +99,6 @@ if [ "$what" = detector ] || [ "$what" = scenarios ]; then
 fi
 if [ "$what" = detector ] || [ "$what" = summary ]; then
   step "detector-summary-$ver" $py bench/detector_summary.py --out "$out" --scenarios-from "$out/scenarios" --rounds "${SYNCGUARD_SUMMARY_ROUNDS:-60}"
-fi
-# cupti134: lab/probe_cupti_multisub.py with the nvidia-cuda-cupti 13.4 wheel carried in .whl-cupti/
-if [ "$what" = cupti134 ]; then
-  $py -c "import zipfile,glob; zipfile.ZipFile(glob.glob('.whl-cupti/*.whl')[0]).extract('nvidia/cu13/lib/libcupti.so.13', '/tmp/c134')"
-  step "cupti134-$ver" $py lab/probe_cupti_multisub.py --lib /tmp/c134/nvidia/cu13/lib/libcupti.so.13 --out "$out/cupti134"
 fi
 if [ "$what" = poison ]; then
   step poison-serial $py -m pytest $C samples/gpu_project/poison $P --syncguard --syncguard-report="$out/poison-serial.json"

@@ -126,8 +126,27 @@ def test_after_the_profiler_ran_first_the_region_falls_back_and_says_why(tmp_pat
     assert d["events"]
 
 
+def _compile_broken_here() -> str | None:
+    """Why torch.compile's default backend fails in this environment without syncguard, or None.
+    A torch carried onto the GPU machine beside the image's triton, built for another torch, can
+    lack what Inductor imports from it (2.8.0: ``triton_key``)."""
+    code = ("import torch; f = torch.compile(lambda x: x * 2 + 1, fullgraph=True); "
+            "f(torch.ones(4, device='cuda')); torch.cuda.synchronize()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in proc.stderr.splitlines() if "Error" in line]
+    return lines[-1].strip() if lines else f"exit {proc.returncode}"
+
+
 def test_compile_inside_a_region_is_a_compile_phase_and_fullgraph_works(tmp_path):
-    d = run("compile_phase", tmp_path)
+    try:
+        d = run("compile_phase", tmp_path)
+    except AssertionError:
+        why = _compile_broken_here()
+        if why:  # the same compile, bare, fails too: nothing of syncguard's to judge here
+            pytest.skip(f"torch.compile fails in this environment without syncguard: {why}")
+        raise
     assert d["first_clean"], d["first_call"]
     assert all(e["phase"] == "compile" for e in d["first_call"])
     assert d["steady"] == []
