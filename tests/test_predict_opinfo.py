@@ -80,7 +80,9 @@ def _call(fn, parts):
 
 
 def _run_cpu(fn, parts, seed):
-    torch.manual_seed(seed)
+    # the CPU generator alone: this run is on plain CPU tensors, and torch.manual_seed also
+    # queues a CUDA seeding call, with its stack, each time CUDA is not initialised
+    torch.default_generator.manual_seed(seed)
     parts = _clone(parts)
     try:
         return parts, _call(fn, parts), None
