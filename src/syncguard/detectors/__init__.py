@@ -25,10 +25,10 @@ FALLBACK = ("debug", "trace")
 
 _registry: dict[str, Detector] = {}
 _ordered: dict[tuple, tuple] = {}  # selected names -> their detectors in order (every region asks)
-#: a region's requested detectors -> (the cuda detector, the names that ran, the reason), for the
-#: requests that resolved to the cuda detector alone; a region of such a request enters and
-#: leaves through the detector's fused ``arm_alone`` while the hub is in its steady state
-#: (:meth:`syncguard.detectors.cuda.hub.CuptiHub.enter_alone`), else through the seam as usual
+#: a region's requested detectors -> ((the cuda detector,), the names that ran, the reason), for
+#: the requests that resolved to the cuda detector alone; a region of such a request enters and
+#: leaves through the detector's fused ``arm_alone``/``disarm_alone`` while the hub is in its
+#: steady state (``cuda/_cuptifast_c/regions.c``), else through the seam as usual
 CUDA_ALONE: dict[tuple, tuple] = {}
 
 

@@ -110,11 +110,10 @@ class Cuda:
     def disarm(self, region) -> None:
         hub = self.hub
         activity = hub.activity
-        if activity.on or activity.records:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity)
-            if activity.on:
-                hub.flush()
-            if activity.records:  # a copy of what this region may need, before release clears
-                region.state.setdefault("cuda_records", {}).update(activity.records)
+        if activity.on:  # activity records (SYNCGUARD_CUDA_HOSTMEM=activity) only
+            hub.flush()
+        if activity.records:  # a copy of what this region may need, before release clears
+            region.state.setdefault("cuda_records", {}).update(activity.records)
         if hub.backward.ambiguous:
             region.report.notes.append(
                 f"cuda detector: {hub.backward.ambiguous} call(s) on autograd threads while "

@@ -14,20 +14,27 @@ typedef struct {
     long count;
 } HubLock;
 
-int hublock_acquire(PyObject *obj) {
-    HubLock *self = (HubLock *)obj;
+/* Take the lock for this thread (again, where it holds it already); without ``wait``, only if
+ * no other thread holds it. 1 when taken, 0 when not. */
+static int take(HubLock *self, int wait) {
     unsigned long me = PyThread_get_thread_ident();
     if (self->count > 0 && self->owner == me) {
         self->count++;
-        return 0;
+        return 1;
     }
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        if (!wait) return 0;
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
     self->owner = me;
     self->count = 1;
+    return 1;
+}
+
+int hublock_acquire(PyObject *obj) {
+    take((HubLock *)obj, 1);
     return 0;
 }
 
@@ -74,17 +81,7 @@ static PyObject *lock_acquire(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     int blocking = nargs ? PyObject_IsTrue(args[0]) : 1;
     if (blocking < 0) return NULL;
-    if (!blocking) {
-        HubLock *l = (HubLock *)self;
-        unsigned long me = PyThread_get_thread_ident();
-        if (l->count > 0 && l->owner == me) { l->count++; Py_RETURN_TRUE; }
-        if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) Py_RETURN_FALSE;
-        l->owner = me;
-        l->count = 1;
-        Py_RETURN_TRUE;
-    }
-    hublock_acquire(self);
-    Py_RETURN_TRUE;
+    return PyBool_FromLong(take((HubLock *)self, blocking));
 }
 
 static PyObject *lock_release(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

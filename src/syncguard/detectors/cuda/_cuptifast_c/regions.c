@@ -156,24 +156,20 @@ static int count_thread(PyObject *threads, PyObject *key, long delta) {
     return 0;
 }
 
-static PyObject *call_method(PyObject *obj, PyObject *name) {
-    return PyObject_CallMethodNoArgs(obj, name);
-}
-
-/* the arguments (hub, region, threads), the hub's lock taken: the lock, or NULL (exception) */
-static PyObject *locked(PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyDict_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "expected (hub, region, routing.threads)");
+/* the hub's lock (borrowed from its dict ``hub``) taken: a new reference to it, or NULL with an
+ * exception */
+static PyObject *locked(PyObject *hub) {
+    PyObject *lock = get(hub, s_lock);
+    if (!lock) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the hub has no lock");
         return NULL;
     }
-    if (strings() < 0) return NULL;
-    PyObject *lock = field(args[0], s_lock);
-    if (!lock) return NULL;
+    Py_INCREF(lock);
     if (Py_IS_TYPE(lock, &HubLockType)) { /* the usual case: lock.c's, taken without a call */
         hublock_acquire(lock);
         return lock;
     }
-    PyObject *r = call_method(lock, s_acquire);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_acquire);
     if (!r) { Py_DECREF(lock); return NULL; }
     Py_DECREF(r);
     return lock;
@@ -185,7 +181,7 @@ static PyObject *unlocked(PyObject *lock, PyObject *out) {
     PyErr_Fetch(&type, &value, &tb);
     PyObject *r = Py_IS_TYPE(lock, &HubLockType)
                       ? (hublock_release(lock) < 0 ? NULL : Py_NewRef(Py_None))
-                      : call_method(lock, s_release);
+                      : PyObject_CallMethodNoArgs(lock, s_release);
     Py_DECREF(lock);
     if (!r) { Py_XDECREF(out); Py_XDECREF(type); Py_XDECREF(value); Py_XDECREF(tb); return NULL; }
     Py_DECREF(r);
@@ -193,15 +189,23 @@ static PyObject *unlocked(PyObject *lock, PyObject *out) {
     return out;
 }
 
-/* The start of both calls: the hub's lock taken (``*lock``, NULL where that raised) and its
- * instance dict (``*hub``, NULL where that raised); 1 in the steady state, 0 elsewhere, -1 with an
- * exception set. */
+/* The start of both calls: the arguments checked, the hub's instance dict read (``*hub``) and
+ * its lock taken (``*lock``; NULL, with ``*hub`` let go, where any of that raised); 1 in the
+ * steady state, 0 elsewhere, -1 with an exception set. */
 static int begin(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject **lock,
                  PyObject **hub) {
-    *hub = NULL;
-    if (!(*lock = locked(args, nargs))) return -1;
-    if (!(*hub = PyObject_GenericGetDict(args[0], NULL))) return -1;
-    return PyDict_Check(*hub) ? steady(*hub, module) : 0;
+    *lock = *hub = NULL;
+    if (nargs != 3 || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "expected (hub, region, routing.threads)");
+        return -1;
+    }
+    if (strings() < 0 || !(*hub = PyObject_GenericGetDict(args[0], NULL))) return -1;
+    if (!PyDict_Check(*hub) || !(*lock = locked(*hub))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the hub has no instance dict");
+        Py_CLEAR(*hub);
+        return -1;
+    }
+    return steady(*hub, module);
 }
 
 /* enter_alone(hub, region, threads) -> True (entered: listed, routed, scoped), or False */
@@ -266,7 +270,9 @@ PyObject *fn_leave_alone(PyObject *module, PyObject *const *args, Py_ssize_t nar
         goto done;
     }
     /* what the Python path notes in the report: left to it */
-    int a = truth(backward, s_ambiguous), e1 = truth(args[0], s_errors), e2 = truth(activity, s_errors);
+    PyObject *hub_errors = get(hub, s_errors); /* borrowed */
+    int a = truth(backward, s_ambiguous), e2 = truth(activity, s_errors),
+        e1 = hub_errors ? PyObject_IsTrue(hub_errors) : PyErr_Occurred() ? -1 : 0;
     if (a < 0 || e1 < 0 || e2 < 0) goto done;
     if (a || e1 || e2 || errors) { out = Py_NewRef(Py_False); goto done; }
     if (!PyList_Check(regions) || !PyDict_Check(state)) { out = Py_NewRef(Py_False); goto done; }
@@ -300,7 +306,7 @@ PyObject *fn_leave_alone(PyObject *module, PyObject *const *args, Py_ssize_t nar
         PyObject *records = field(activity, s_records);
         if (!records) goto done;
         int any = PyObject_IsTrue(records);
-        PyObject *r = any > 0 ? call_method(records, s_clear) : NULL;
+        PyObject *r = any > 0 ? PyObject_CallMethodNoArgs(records, s_clear) : NULL;
         Py_DECREF(records);
         if (any < 0 || (any > 0 && !r)) goto done;
         Py_XDECREF(r);
