@@ -4,8 +4,9 @@
  * alone (``registry.CUDA_ALONE``), through detector.py's ``Cuda.arm_alone``/``disarm_alone``: the
  * hub's acquire() and release() (hub.py) and the region's scope bookkeeping (the regions context
  * variable, scopes_changed()) in the hub's steady state: subscribed with this module's callback,
- * CUPTI not lent, host memory told by pointer (no activity records), no sync-debug stand-in. Anywhere else each returns False
- * with nothing changed, and the region takes the usual Python path, which handles every state.
+ * CUPTI not lent, host memory told by pointer (no activity records), no sync-debug stand-in.
+ * Anywhere else each returns False with nothing changed, and the region takes the usual Python
+ * path, which handles every state.
  *
  * Same bookkeeping as the Python path, under the hub's lock: the region listed in ``hub.regions``
  * (the first one installs the backward engine proxy, the last one restores it and forgets the
