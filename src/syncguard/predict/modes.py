@@ -29,7 +29,7 @@ from syncguard.predict.facts import is_device_kernel, op_facts
 from syncguard.predict.predictor import Predictor, active
 from syncguard.predict.rng import seeded_draw
 from syncguard.predict.rules import op_name
-from syncguard.predict.tensors import _rewrap, is_standin, unwrap, wrap
+from syncguard.predict.tensors import _rewrap, is_standin, torch_reads_host, unwrap, wrap
 from syncguard.predict.unpredicted import lookup as unpredicted
 
 __all__ = ["PredictFunctionMode", "PredictDispatchMode", "PinningMode"]
@@ -136,7 +136,8 @@ class PredictFunctionMode(_Collecting, TorchFunctionMode):
             self._own.forwarding.append(inner)
         try:
             # a random factory for "cuda" draws from the stand-ins' generator (rng.py)
-            with seeded_draw(func, kwargs) if index is not None else nullcontext():
+            with seeded_draw(func, kwargs) if index is not None else nullcontext(), \
+                    torch_reads_host() if inner is not None else nullcontext():
                 out = func(*args, **kwargs)
         finally:
             if inner is not None:

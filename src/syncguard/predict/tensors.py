@@ -13,8 +13,11 @@ Which host memory would be pinned is in :mod:`syncguard.predict.copies`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
+import os
 import re
+import sys
 import threading
 import weakref
 
@@ -25,7 +28,36 @@ from syncguard.predict.copies import copy_facts
 from syncguard.predict.predictor import active, cannot, decide, everyone
 from syncguard.predict.rules import op_name
 
-__all__ = ["CudaStandIn", "wrap", "unwrap", "is_standin", "dispatch_unobserved", "FREES"]
+__all__ = ["CudaStandIn", "wrap", "unwrap", "is_standin", "dispatch_unobserved", "FREES",
+           "torch_reads_host"]
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_HOST = torch.device("cpu")
+_forwarded = threading.local()
+
+
+@contextlib.contextmanager
+def torch_reads_host():
+    """While the function mode runs a torch function on stand-ins (its mode off), torch's own
+    Python code in that call reads a stand-in's ``device`` as the host. Such code makes tensors
+    ``device=input.device`` (``embedding_bag``'s ``arange``): a CUDA device there reaches the C++
+    binding, which calls the shimmed ``torch.cuda._lazy_init`` and then marks CUDA initialised for
+    the whole process, so after the block a CPU build's ``torch.ones(2, device="cuda")`` no longer
+    raises torch's own error. The host device never reaches that flag; the dispatch mode labels
+    what such a call makes as the stand-ins' device, as it does every factory inside a call on
+    stand-ins. User code (a hook run from inside the call) still reads the CUDA device."""
+    _forwarded.depth = getattr(_forwarded, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _forwarded.depth -= 1
+
+
+def _read_by_torch_in_a_call() -> bool:
+    """Whether the ``device`` being read is read by torch's own code inside ``torch_reads_host``
+    (frame 2: the reader of the property that called this)."""
+    return (getattr(_forwarded, "depth", 0) > 0
+            and sys._getframe(2).f_code.co_filename.startswith(_TORCH_DIR))
 
 
 class CudaStandIn(torch.Tensor):
@@ -63,6 +95,8 @@ class CudaStandIn(torch.Tensor):
 
     @property
     def device(self) -> torch.device:  # type: ignore[override]
+        if _read_by_torch_in_a_call():
+            return _HOST  # see torch_reads_host
         return torch.device("cuda", self._sg_index)
 
     @property
