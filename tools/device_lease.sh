@@ -17,10 +17,14 @@
 #   run VERSION GPU [WHAT]
 #                      after carry-torch's calls: queue that torch's gpu_suite.sh WHAT (default
 #                      matrix) on GPU -> /tmp/r/VERSION/
-#   suite NAME GPU WHAT
+#   suite NAME GPU WHAT [AFTER...]
 #                      queue gpu_suite.sh WHAT for base (the image's torch) or a carried VERSION on
-#                      GPU, into the same folder -> NAME-WHAT.done (a lease runs "overhead" alone
-#                      on the host, "core" for the rest: host timings with no neighbour)
+#                      GPU, into the same folder -> NAME-WHAT.done, once each job AFTER (its .done
+#                      name, e.g. "base" or "2.14.1-timings") is done. A VERSION whose chunks were
+#                      copied to /tmp/chunks-VERSION (tools/carry_chunks.sh) is assembled by the
+#                      job itself, one assembly at a time, so its last chunk's call returns at once
+#                      (a lease runs "timings" alone on the host, "audit" and "traces" for the
+#                      rest: host timings with no neighbour)
 #   wait FILE SECONDS  block until FILE exists (a call must be running, or the machine is given
 #                      back after ~30 s idle and every background run dies with it)
 #   status | collect NAME (tar /tmp/r/NAME into $OUT)
@@ -38,6 +42,9 @@ queue() {  # GPU NAME COMMAND: run COMMAND on GPU after that GPU's earlier jobs;
   setsid nohup flock /tmp/gpu$1.lock bash -c "$3; touch $R/$2.done" > $R/bg-$2.log 2>&1 < /dev/null &
   echo "queued $2 on GPU $1"
 }
+assemble() {  # VERSION: the shell words that install a carried torch from its copied chunks
+  echo "flock /tmp/assemble.lock bash -c '[ -f /tmp/torch-$1.env ] || { rm -rf /tmp/carry && mkdir -p /tmp/carry && cat /tmp/chunks-$1/chunk.* | tar xf - -C /tmp/carry && mv /tmp/carry/*/* /tmp/carry/ && bash /tmp/carry/assemble.sh; } > $R/assemble-$1.log 2>&1'"
+}
 case $cmd in
 start)
   SHA=$1
@@ -49,10 +56,12 @@ start)
   queue 0 base "tools/gpu_suite.sh /tmp/r/base ${2:-matrix}"
   ;;
 suite)
-  N=$1; G=$2; W=$3
+  N=$1; G=$2; W=$3; shift 3
   cd /tmp/tree
-  [ "$N" = base ] || . /tmp/torch-$N.env
-  queue "$G" "$N-$W" "tools/gpu_suite.sh /tmp/r/$N $W"
+  pre=""
+  for a in "$@"; do pre="$pre until [ -f $R/$a.done ]; do sleep 5; done;"; done
+  [ "$N" = base ] || pre="$pre $(assemble "$N") && . /tmp/torch-$N.env &&"
+  queue "$G" "$N-$W" "$pre tools/gpu_suite.sh /tmp/r/$N $W"
   ;;
 extras)
   cd /tmp/tree

@@ -3,13 +3,19 @@
 #   SYNCGUARD_GIT_COMMIT=<sha> tools/gpu_suite.sh OUTDIR [full|matrix|extras|poison|detector]
 # matrix: what the version matrix and the atlas need (cases/ audited, both snippet corpora with
 # their ground truth, the whole tests/gpu suite, overhead and merge benchmarks, the thread stress
-# loop); core: matrix without the timings; overhead: only the timings (the overhead and merge benchmarks); extras: the mutation experiment, the race benchmark and the plugin's sample project
-# (serial, -n 4, -W error); realsuite: another project's GPU suite bare vs --syncguard; devrows:
-# the device-side row variant's first measurement; detector: issue 44's detector summary (the
-# profiler scenario tests, then bench/detector_summary.py reading their verdicts; scenarios and
-# summary: each half alone); full: both (over the device's 10-minute call limit: make it two calls, matrix then
-# extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the caller tars
-# OUTDIR into $OUT (the device returns at most 8 files).
+# loop); core: matrix without the timings, in two halves a lease may run side by side (audit:
+# cases/ and tests/gpu; traces: the profile tests, the device APIs, the corpora, the thread
+# stress); overhead: only the timings (the overhead and merge benchmarks); timings: what a lease
+# runs alone on the host for one torch (the profiler scenarios, whose verdicts the detector summary
+# reads, then the overhead group and the summary); extras: the mutation experiment, the race
+# benchmark and the plugin's sample project (serial, -n 4, -W error); realsuite: another project's
+# GPU suite bare vs --syncguard; devrows: the device-side row variant's first measurement;
+# detector: issue 44's detector summary (the profiler scenario tests, then
+# bench/detector_summary.py reading their verdicts; scenarios and summary: each half alone);
+# full: matrix and extras (over the device's 10-minute call limit: make it two calls, matrix then
+# extras, in one lease); poison: the sticky-CUDA-error samples. Logs and JSON land in OUTDIR; the
+# caller tars OUTDIR into $OUT (the device returns at most 8 files). SYNCGUARD_OVERHEAD_ROUNDS
+# (default 216) and SYNCGUARD_SUMMARY_ROUNDS (default 60) set the two benchmarks' rounds.
 #
 # The GPU machine gets the tree without .git: SYNCGUARD_GIT_COMMIT names the commit it was sent
 # from, so every report's provenance names it (src/syncguard/reporting/provenance.py: the
@@ -35,25 +41,31 @@ if [ "${SYNCGUARD_SKIP_INSTALL:-0}" != 1 ]; then
   $py -m pip install -q --no-build-isolation --no-deps -e . > "$out/install.log" 2>&1 || cat "$out/install.log"
 fi
 P="-p no:cacheprovider -q -rfEx"
-if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
+is() { local m; for m in "$@"; do [ "$what" = "$m" ] && return 0; done; return 1; }
+if is matrix full core audit; then
   step "cases-$ver" $py -m pytest $P -n 4 --syncguard cases/ --syncguard-report="$out/cuda-torch-$ver.json"
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
+fi
+if is matrix full core traces; then
   step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
+fi
+if is detector scenarios timings; then
+  step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
 fi
 # overhead: host-side timings (and the merge benchmark below), so a lease runs them alone on the
 # host ("core" elsewhere, then "overhead" per version one after another): 216 rounds of the cheap
 # configurations (twice
 # the 108 of 51b50c2, whose merge cells had 95% intervals of about ±1.2%), 11 of the
 # profiler ones (~25x the loop each)
-if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = overhead ]; then
-  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds 216 --profiler-rounds 11
+if is matrix full overhead timings; then
+  step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds "${SYNCGUARD_OVERHEAD_ROUNDS:-216}" --profiler-rounds 11
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
   # the merge variants' device and host times (the atlas's merge rows, the README's merge table):
   # timings too, so here, alone on the host (9024dda's ran them in the corpus step beside another
   # job: reports/gpu/LEASE-9024dda.md)
   step "merge-split-$ver" $py bench/bench_merge.py --split --out "$out/merge-split-$ver.json"
 fi
-if [ "$what" = matrix ] || [ "$what" = full ] || [ "$what" = core ]; then
+if is matrix full core traces; then
   # what torch's device APIs answer here: the one-GPU truth of tests/test_predict_shim.py
   step "device-apis-$ver" $py tools/probe_device_apis.py
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out"
@@ -94,10 +106,7 @@ fi
 # summary's timings alone on the host, reading those verdicts: OUTDIR/detector-summary.json
 # (scenarios: only the first half, a correctness step a lease may run beside another version's;
 # summary: only the second, alone on the host, reading the verdicts the first kept)
-if [ "$what" = detector ] || [ "$what" = scenarios ]; then
-  step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
-fi
-if [ "$what" = detector ] || [ "$what" = summary ]; then
+if is detector summary timings; then
   step "detector-summary-$ver" $py bench/detector_summary.py --out "$out" --scenarios-from "$out/scenarios" --rounds "${SYNCGUARD_SUMMARY_ROUNDS:-60}"
 fi
 if [ "$what" = poison ]; then

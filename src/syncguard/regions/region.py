@@ -219,7 +219,7 @@ class Region:
         # and a region is opened per test or per example)
         torch = sys.modules.get("torch")
         if torch is None or not torch.cuda.is_initialized():
-            reason = self._cuda_unavailable()
+            reason = _cuda_unavailable(self.detectors)
             if reason:
                 self.report.cuda_available, self.report.reason = False, reason
                 return self.report
@@ -241,16 +241,6 @@ class Region:
         routing.scopes_changed()
         self._registered = True
         return self.report
-
-    def _cuda_unavailable(self) -> str | None:
-        """Why CUDA cannot be audited here, else None after setting it up; __enter__ asks only
-        while CUDA is not set up yet."""
-        if "fake" in self.detectors or "predict" in self.detectors:
-            return None
-        why = no_cuda()
-        if why is None:
-            sys.modules["torch"].cuda.init()  # context set-up belongs before the region
-        return why
 
     def _arm(self) -> None:
         names, why = registry.resolve(self.detectors)
@@ -361,6 +351,16 @@ class Region:
         armed) nor now."""
         return self.state.get("threads_at_entry", 1) == 1 and threading.active_count() == 1
 
+
+def _cuda_unavailable(detectors: tuple) -> str | None:
+    """Why CUDA cannot be audited here, else None after setting it up; a region asks only while
+    CUDA is not set up yet."""
+    if "fake" in detectors or "predict" in detectors:
+        return None
+    why = no_cuda()
+    if why is None:
+        sys.modules["torch"].cuda.init()  # context set-up belongs before the region
+    return why
 
 
 def judge(events, report: Report, fail_on_phases) -> None:
