@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 #: the one place the version is written: the build reads this line statically (pyproject.toml
 #: [tool.setuptools.dynamic]) and ``syncguard --version`` prints it. Keep it a plain string literal.
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["audit", "forbid", "allow", "RegionReport", "Report", "SyncEvent", "RaceEvent", "SyncError",
            "SchemaError", "__version__"]
