@@ -338,7 +338,8 @@ def test_a_committed_run_whose_detectors_fell_back_fails_the_gate(tmp_path, caps
     capsys.readouterr()
     assert cli.main(["report", str(fell_back), "--baseline", str(base), "--fail-on",
                      "regression", "--format", "markdown"]) == 1
-    assert ("- (whole run) on torch 2.11.0+cu130 · NVIDIA H200: cuda -> debug,trace "
+    label = f"torch {doc['provenance']['torch']} · {doc['provenance']['gpu']}"  # the run's own
+    assert (f"- (whole run) on {label}: cuda -> debug,trace "
             "(detectors cuda -> debug,trace)") in capsys.readouterr().out.splitlines()
 
 
@@ -371,7 +372,8 @@ def test_a_committed_test_whose_detectors_fell_back_alone_fails_the_gate(tmp_pat
     assert cli.main(["report", str(report), *gate]) == 1
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "detectors" in x
                and x.startswith("- ")]
-    assert line.startswith(f"- {t['nodeid']} on torch 2.11.0+cu130 · NVIDIA H200: allowed ")
+    label = f"torch {doc['provenance']['torch']} · {doc['provenance']['gpu']}"  # the run's own
+    assert line.startswith(f"- {t['nodeid']} on {label}: allowed ")
     assert line.endswith(" -> clean (detectors cuda -> debug,trace)")
     # a report written before per-test detectors passes, and the output says what the gate could
     # not compare
@@ -379,7 +381,7 @@ def test_a_committed_test_whose_detectors_fell_back_alone_fails_the_gate(tmp_pat
     old = save(tmp_path / "old" / "cuda-torch-2.11.0.json", _without_test_detectors(load(committed)))
     assert cli.main(["report", str(old), *gate]) == 0
     assert ("- report(s) without per-test detectors (written before session schema 4): which "
-            "detectors judged each test not compared for torch 2.11.0+cu130 · NVIDIA H200"
+            f"detectors judged each test not compared for {label}"
             ) in capsys.readouterr().out
 
 

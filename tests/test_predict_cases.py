@@ -18,8 +18,8 @@ from rulelearn.derive import measured_kinds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Session reports of cases/ compared with: their declared syncs are syncguard's debug+trace+
-# profile detectors' (a second reference beside the corpus runs' ground truth). 2.9.1's and
-# 2.13.0's are older runs kept under reports/gpu/<version>/ (reports/README.md says which).
+# profile detectors' (a second reference beside the corpus runs' ground truth); a run kept under
+# reports/gpu/<version>/ is read where the matrix has none for that version.
 VERSIONS = ("2.8.0", "2.9.1", "2.11.0", "2.13.0", "2.14.1")
 
 
