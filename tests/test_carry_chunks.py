@@ -1,8 +1,8 @@
 """tools/carry_chunks.sh: a carried torch's parts re-cut into chunks that fit one device call.
 
 On the CPU, in a throw-away git repository with made-up parts (random bytes): the chunks fit the
-room the tree leaves, and joining them as the printed last call does gives back every part,
-byte for byte, under the names assemble.sh reads.
+room the tree leaves, and joining them as the last call's `tools/device_lease.sh assemble` does
+gives back every part, byte for byte, under the names assemble.sh reads.
 """
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def test_chunks_fit_the_room_and_join_back_into_every_part(tmp_path):
     assert len(chunks) == 2 and max(sizes) <= room, sizes  # 15 MiB of parts in 9 MiB chunks
     calls = re.findall(r'carry=\["([^"]+)"\]', out)
     assert calls == [f".carry/9.9.9-chunks/{d.name}" for d in chunks]
-    assert "bash /tmp/carry/assemble.sh" in out.splitlines()[-1]
-    assert "assemble.sh" not in "".join(out.splitlines()[1:-1])  # only the last call assembles
-    # the device's side of the last call: join, unpack, flatten
+    assert "tools/device_lease.sh assemble 9.9.9 && " in out.splitlines()[-1]
+    assert "assemble" not in "".join(out.splitlines()[1:-1])  # only the last call assembles
+    # the device's side of the last call (device_lease.sh assemble): join, unpack, flatten
     joined = tmp_path / "joined.tar"
     with joined.open("wb") as f:
         for d in chunks:

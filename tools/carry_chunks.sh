@@ -9,8 +9,9 @@
 # tree of more than a few MiB; the calls were refused ("the working tree is larger than 64 MiB").
 # Here every part of .carry/VERSION/ goes into one tar stream, split into chunks of the room the
 # tree leaves (less a margin), each in .carry/VERSION-chunks/NN/ (git-ignored with .carry/). The
-# last call printed joins the chunks on the device, unpacks carry-torch's parts into /tmp/carry
-# and runs its assemble.sh, which checks every wheel's sha256 and installs /tmp/torch-VERSION.
+# last call printed has tools/device_lease.sh assemble join the chunks on the device, unpack
+# carry-torch's parts into /tmp/carry and run its assemble.sh, which checks every wheel's sha256
+# and installs /tmp/torch-VERSION.
 set -euo pipefail
 version=${1:?usage: tools/carry_chunks.sh VERSION [LIMIT_MIB]}
 limit=${2:-64}
@@ -38,7 +39,7 @@ last=$(echo "$parts" | tail -1)
 for n in $parts; do
   cmd="mkdir -p /tmp/chunks-$version && cp $dst/$n/* /tmp/chunks-$version/"
   if [ "$n" = "$last" ]; then
-    cmd="$cmd && rm -rf /tmp/carry && mkdir -p /tmp/carry && cat /tmp/chunks-$version/chunk.* | tar xf - -C /tmp/carry && mv /tmp/carry/*/* /tmp/carry/ && bash /tmp/carry/assemble.sh && . /tmp/torch-$version.env && python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())'"
+    cmd="$cmd && tools/device_lease.sh assemble $version && . /tmp/torch-$version.env && python3 -c 'import torch; print(torch.__version__, torch.cuda.is_available())'"
   fi
   echo "  run(command=\"$cmd\", carry=[\"$dst/$n\"])"
 done

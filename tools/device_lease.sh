@@ -25,6 +25,9 @@
 #                      job itself, one assembly at a time, so its last chunk's call returns at once
 #                      (a lease runs "timings" alone on the host, "audit" and "traces" for the
 #                      rest: host timings with no neighbour)
+#   assemble VERSION   install a carried torch from the chunks copied to /tmp/chunks-VERSION
+#                      (tools/carry_chunks.sh's calls) into /tmp/torch-VERSION, once, one version
+#                      at a time -> /tmp/r/assemble-VERSION.log
 #   wait FILE SECONDS  block until FILE exists (a call must be running, or the machine is given
 #                      back after ~30 s idle and every background run dies with it)
 #   status | collect NAME (tar /tmp/r/NAME into $OUT)
@@ -42,9 +45,6 @@ queue() {  # GPU NAME COMMAND: run COMMAND on GPU after that GPU's earlier jobs;
   setsid nohup flock /tmp/gpu$1.lock bash -c "$3; touch $R/$2.done" > $R/bg-$2.log 2>&1 < /dev/null &
   echo "queued $2 on GPU $1"
 }
-assemble() {  # VERSION: the shell words that install a carried torch from its copied chunks
-  echo "flock /tmp/assemble.lock bash -c '[ -f /tmp/torch-$1.env ] || { rm -rf /tmp/carry && mkdir -p /tmp/carry && cat /tmp/chunks-$1/chunk.* | tar xf - -C /tmp/carry && mv /tmp/carry/*/* /tmp/carry/ && bash /tmp/carry/assemble.sh; } > $R/assemble-$1.log 2>&1'"
-}
 case $cmd in
 start)
   SHA=$1
@@ -60,8 +60,15 @@ suite)
   cd /tmp/tree
   pre=""
   for a in "$@"; do pre="$pre until [ -f $R/$a.done ]; do sleep 5; done;"; done
-  [ "$N" = base ] || pre="$pre $(assemble "$N") && . /tmp/torch-$N.env &&"
+  [ "$N" = base ] || pre="$pre tools/device_lease.sh assemble $N && . /tmp/torch-$N.env &&"
   queue "$G" "$N-$W" "$pre tools/gpu_suite.sh /tmp/r/$N $W"
+  ;;
+assemble)
+  # a carried torch installed from the chunks copied to /tmp/chunks-VERSION: once (its env file
+  # says it is done) and one at a time (carry-torch's assemble.sh works in /tmp/carry)
+  V=${1:?version}; mkdir -p $R
+  flock /tmp/assemble.lock bash -c "[ -f /tmp/torch-$V.env ] || { rm -rf /tmp/carry && mkdir -p /tmp/carry && cat /tmp/chunks-$V/chunk.* | tar xf - -C /tmp/carry && mv /tmp/carry/*/* /tmp/carry/ && bash /tmp/carry/assemble.sh; } > $R/assemble-$V.log 2>&1" \
+    || { tail -5 "$R/assemble-$V.log"; exit 1; }
   ;;
 extras)
   cd /tmp/tree
