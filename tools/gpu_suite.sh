@@ -47,29 +47,30 @@ if is matrix full core audit; then
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
 fi
 if is matrix full core traces; then
-  step "tests-gpu-profile-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -k profile
+  # the profiler scenarios run in "timings" (the detector summary reads their verdicts); each of
+  # these tests runs its profiled program in processes of its own, so they spread over workers;
+  # their programs' JSON is kept, which says why when a detector and the profiler disagree
+  step "tests-gpu-profile-$ver" env SYNCGUARD_SCENARIO_DIR="$out/programs" $py -m pytest tests/gpu -q \
+      -p no:cacheprovider -rfEx -n 4 -k "profile and not test_profiler_beside_regions"
 fi
 if is detector scenarios timings; then
   step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
 fi
 # overhead: host-side timings (and the merge benchmark below), so a lease runs them alone on the
-# host ("core" elsewhere, then "overhead" per version one after another): 216 rounds of the cheap
-# configurations (twice
-# the 108 of 51b50c2, whose merge cells had 95% intervals of about ±1.2%), 11 of the
-# profiler ones (~25x the loop each)
+# host ("core" elsewhere, then "overhead" per version one after another); the profiler
+# configurations cost about 25 times the loop each, so they get fewer rounds
 if is matrix full overhead timings; then
   step "overhead-$ver" $py bench/bench_overhead.py --out "$out" --rounds "${SYNCGUARD_OVERHEAD_ROUNDS:-216}" --profiler-rounds 11
   step "overhead-cprofile-$ver" $py bench/bench_overhead.py --out "$out" --cprofile
   # the merge variants' device and host times (the atlas's merge rows, the README's merge table):
-  # timings too, so here, alone on the host (9024dda's ran them in the corpus step beside another
-  # job: reports/gpu/LEASE-9024dda.md)
+  # timings too, so here, alone on the host
   step "merge-split-$ver" $py bench/bench_merge.py --split --out "$out/merge-split-$ver.json"
 fi
 if is matrix full core traces; then
   # what torch's device APIs answer here: the one-GPU truth of tests/test_predict_shim.py
   step "device-apis-$ver" $py tools/probe_device_apis.py
   step "corpus-$ver" env SYNCGUARD_CORPUS_TRACE=1 $py tools/corpus_report.py --out "$out"
-  # a thread syncing while regions open and close (the crash of reports/probes/cupti-threads-2.11.0):
+  # a thread syncing while regions open and close (once a crash on torch 2.11.0):
   # 6 processes bare, 6 audited with the default detectors, exit codes counted
   step "stress-threads-$ver" bash -c 'for m in bare audit; do for i in 1 2 3 4 5 6; do
       '"$py"' tools/stress_threads.py $m 300 > "'"$out"'/stress-$m-$i.log" 2>&1; echo "$m rc=$?"; done; done | sort | uniq -c'

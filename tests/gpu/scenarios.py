@@ -152,12 +152,26 @@ def kinds(out):
         res[name] = {"cuda": sorted(e.kind for e in rep.syncs), "detectors": list(rep.detectors),
                      "lines_ok": all(e.filename == __file__ for e in rep.syncs),
                      "notes": rep.notes}
-    for name, fn in KIND_OPS.items():  # ground truth: the profiler's runtime trace, same process
-        torch.cuda.synchronize()
-        s["ev"].record()
-        with syncguard.audit("profile") as rep:
-            fn(torch, s)
-        res[name]["profile"] = sorted(e.kind for e in rep.syncs)
+    seen, original = [], detect.records_from_profiler
+
+    def spy(events):  # the profiler's rows, kept for an op where the two detectors disagree
+        events = list(events)
+        seen[:] = _profiler_rows(events) + _marker_rows(events)
+        return original(events)
+
+    detect.records_from_profiler = spy
+    try:
+        for name, fn in KIND_OPS.items():  # ground truth: the profiler's runtime trace, same process
+            torch.cuda.synchronize()
+            s["ev"].record()
+            with syncguard.audit("profile") as rep:
+                fn(torch, s)
+            res[name]["profile"] = sorted(e.kind for e in rep.syncs)
+            if res[name]["profile"] != res[name]["cuda"]:
+                res[name]["profile_events"] = _events(rep)
+                res[name]["profiler_rows"] = list(seen)
+    finally:
+        detect.records_from_profiler = original
     out["ops"] = res
     out["pinned_pool"] = detect.__name__
     out["callback"] = syncguard.detectors.get("cuda").callback
@@ -399,6 +413,14 @@ def _profiler_rows(events):
         rows.append(dict(name=e.name, thread=e.thread, start=e.time_range.start,
                          end=e.time_range.end, is_async=e.is_async, chain=chain))
     return rows
+
+
+def _marker_rows(events):
+    """syncguard's own ranges (region and allow markers) on the same clock as the rows above."""
+    from syncguard.detectors.profiler import MARKER
+
+    return [dict(name=e.name, thread=e.thread, start=e.time_range.start, end=e.time_range.end)
+            for e in events if e.name.startswith(MARKER)]
 
 
 def _kineto_rows(prof):
