@@ -6,8 +6,8 @@
 # loop); core: matrix without the timings, in two halves a lease may run side by side (audit:
 # cases/ and tests/gpu; traces: the profile tests, the device APIs, the corpora, the thread
 # stress); overhead: only the timings (the overhead and merge benchmarks); timings: what a lease
-# runs alone on the host for one torch (the profiler scenarios, whose verdicts the detector summary
-# reads, then the overhead group and the summary); extras: the mutation experiment, the race
+# runs alone on the host for one torch (the kinds test against the profiler's trace, the profiler
+# scenarios, whose verdicts the detector summary reads, then the overhead group and the summary); extras: the mutation experiment, the race
 # benchmark and the plugin's sample project (serial, -n 4, -W error); realsuite: another project's
 # GPU suite bare vs --syncguard; devrows: the device-side row variant's first measurement;
 # detector: issue 44's detector summary (the profiler scenario tests, then
@@ -47,11 +47,18 @@ if is matrix full core audit; then
   step "tests-gpu-$ver" $py -m pytest tests/gpu -q -p no:cacheprovider -rfEx -n 4 -k "not profile"
 fi
 if is matrix full core traces; then
-  # the profiler scenarios run in "timings" (the detector summary reads their verdicts); each of
-  # these tests runs its profiled program in processes of its own, so they spread over workers;
-  # their programs' JSON is kept, which says why when a detector and the profiler disagree
+  # the profiler scenarios and the kinds test run in "timings" (below); each of these tests runs
+  # its profiled program in processes of its own, so they spread over workers; their programs'
+  # JSON is kept, which says why when a detector and the profiler disagree
   step "tests-gpu-profile-$ver" env SYNCGUARD_SCENARIO_DIR="$out/programs" $py -m pytest tests/gpu -q \
-      -p no:cacheprovider -rfEx -n 4 -k "profile and not test_profiler_beside_regions"
+      -p no:cacheprovider -rfEx -n 4 -k "profile and not test_profiler_beside_regions and not test_kinds_agree"
+fi
+# the kinds test's reference is the profile detector, which reads the profiler's GPU-side rows:
+# behind other processes' GPU work those come late or not at all (reports/gpu/lease-d83369b/), so
+# it runs where nothing else does
+if is matrix full core timings; then
+  step "kinds-$ver" env SYNCGUARD_SCENARIO_DIR="$out/programs" $py -m pytest tests/gpu/test_real_programs.py \
+      $P -k test_kinds_agree
 fi
 if is detector scenarios timings; then
   step "profiler-scenarios-$ver" env SYNCGUARD_SCENARIO_DIR="$out/scenarios" $py -m pytest tests/gpu/test_profiler_scenarios.py $P -n 4
