@@ -1087,6 +1087,26 @@ def test_markers_count_by_thread_and_time_where_the_event_tree_cut_them():
     assert first.ops == ("aten::to",) and first.markers == ("syncguard::allow#2", "syncguard::region#1")
 
 
+def test_a_markers_gpu_side_range_claims_no_host_call():
+    """Shaped like the rows kept on torch 2.14.1 (reports/gpu/lease-d83369b/2.14.1/programs/
+    kinds-pointer-c.json, cpu_int_index): the region's marker on the host, then a range of the same
+    name on the GPU's timeline that outlasts it, over the profiler's own cudaDeviceSynchronize.
+    Fake events: plumbing only; the GPU scenario profile_async_tail proves it on the device."""
+    region = _pev("syncguard::region#18", 0, 2601)
+    gpu_side = _pev("syncguard::region#18", 2226, 2823)
+    gpu_side.device_type = "DeviceType.CUDA"
+    index = _pev("aten::index", 1800, 2300, region)
+    events = [region, gpu_side, index,
+              _pev("cudaMemcpyAsync", 1894, 1931, index),
+              _pev("cudaStreamSynchronize", 1932, 2236, index),
+              _pev("cudaDeviceSynchronize", 2811, 2827)]  # the profiler stopping
+    got = [(r.name, tuple(a for a in r.ancestors if a.startswith(profiler.MARKER)))
+           for r in profiler.records_from_profiler(events)]
+    assert got == [("cudaMemcpyAsync", ("syncguard::region#18",)),
+                   ("cudaStreamSynchronize", ("syncguard::region#18",)),
+                   ("cudaDeviceSynchronize", ())]
+
+
 def test_named_counts_turn_callback_counts_into_calls_per_api():
     """The census's and the overhead bench's naming: ENTER and EXIT are one call; a driver id
     reads "drv", a runtime id "rt", an id CUPTI cannot name "cbid N" (fake name table)."""

@@ -419,8 +419,38 @@ def _marker_rows(events):
     """syncguard's own ranges (region and allow markers) on the same clock as the rows above."""
     from syncguard.detectors.profiler import MARKER
 
-    return [dict(name=e.name, thread=e.thread, start=e.time_range.start, end=e.time_range.end)
-            for e in events if e.name.startswith(MARKER)]
+    return [dict(name=e.name, thread=e.thread, start=e.time_range.start, end=e.time_range.end,
+                 device=str(getattr(e, "device_type", ""))) for e in events if e.name.startswith(MARKER)]
+
+
+def profile_async_tail(out):
+    """A profiled region whose only work is a kernel still running when the region ends: no sync
+    is in it. The profiler's stop then waits for the kernel (its own cudaDeviceSynchronize) while
+    the GPU-side copy of the region's marker lasts until the kernel ends. The rows are kept, with
+    each marker range's device type."""
+    torch = _torch()
+    import syncguard
+    from syncguard.detectors import hooks as detect
+
+    seen, original = [], detect.records_from_profiler
+
+    def spy(events):
+        events = list(events)
+        seen[:] = _profiler_rows(events) + _marker_rows(events)
+        return original(events)
+
+    torch.cuda._sleep(1000)  # the sleep kernel loaded
+    torch.cuda.synchronize()
+    detect.records_from_profiler = spy
+    try:
+        with syncguard.audit("profile") as rep:
+            torch.cuda._sleep(50_000_000)  # tens of milliseconds of GPU time, not waited for
+    finally:
+        detect.records_from_profiler = original
+    out["events"] = _events(rep)
+    out["detectors"] = list(rep.detectors)
+    out["notes"] = rep.notes
+    out["rows"] = seen
 
 
 def _kineto_rows(prof):
@@ -578,7 +608,7 @@ def driver_calls(out):
 SCENARIOS = {f.__name__: f for f in (error_mode, exception_types, kinds, threads, profiler_inside,
                                      profiler_first, compile_phase, graph_capture, backward,
                                      profile_threads, graph_capture_all_detectors,
-                                     profile_links, driver_calls)}
+                                     profile_links, driver_calls, profile_async_tail)}
 
 
 def main(argv) -> int:

@@ -72,6 +72,19 @@ def test_kinds_agree_with_the_profilers_runtime_trace(tmp_path, hostmem, callbac
     assert not bad, json.dumps(bad, indent=1)
 
 
+def test_a_kernel_outliving_its_profiled_region_brings_it_no_sync(tmp_path):
+    """The region's marker has a GPU-side copy in the trace that lasts until the kernel ends,
+    past the region and over the profiler's own stop-time sync; only the host range counts."""
+    d = run("profile_async_tail", tmp_path)
+    assert d["detectors"] == ["profile"]
+    markers = [r for r in d["rows"] if r["name"].startswith("syncguard::")]
+    host = [m for m in markers if not m["device"].endswith("CUDA")]
+    gpu = [m for m in markers if m["device"].endswith("CUDA")]
+    # the case itself is there: a GPU-side range of the marker reaching past the host range
+    assert len(host) == 1 and gpu and max(m["end"] for m in gpu) > host[0]["end"], markers
+    assert d["events"] == [], json.dumps(d, indent=1)
+
+
 #: the profiler's GPU memcpy row for each copy (Kineto names direction and host memory)
 _MEMCPY_ROW = {"blocking_copy_d2h": "DtoH (Device -> Pageable)",
                "blocking_copy_h2d": "HtoD (Pageable -> Device)",

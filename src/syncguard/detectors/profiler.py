@@ -118,11 +118,18 @@ def markers_around(calls, markers) -> dict[int, tuple]:
     return out
 
 
+def _on_host(e) -> bool:
+    """A host-side row. The trace also holds GPU-side rows: the device's own work, and a copy of
+    each user annotation (syncguard's markers too) spanning the GPU work it enclosed, on the GPU's
+    timeline. A marker's GPU copy can end after the region did (its kernels still running), and
+    then it covers whatever the host does next, the profiler's own stop among it."""
+    return not str(getattr(e, "device_type", "")).endswith("CUDA")
+
+
 def records_from_profiler(events) -> list[TraceRecord]:
     """Reduce ``profile.events()`` to the runtime calls that may sync, innermost op first."""
-    events = list(events)
-    calls = [e for e in events
-             if e.name in SYNC_APIS and not str(getattr(e, "device_type", "")).endswith("CUDA")]
+    events = [e for e in events if _on_host(e)]
+    calls = [e for e in events if e.name in SYNC_APIS]
     around = markers_around(calls, [e for e in events if e.name.startswith(MARKER)])
     out = []
     for e in calls:
