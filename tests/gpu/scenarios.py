@@ -7,6 +7,7 @@ process (after the cuda audits: once the profiler has run, CUPTI cannot be subsc
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -152,15 +153,8 @@ def kinds(out):
         res[name] = {"cuda": sorted(e.kind for e in rep.syncs), "detectors": list(rep.detectors),
                      "lines_ok": all(e.filename == __file__ for e in rep.syncs),
                      "notes": rep.notes}
-    seen, original = [], detect.records_from_profiler
-
-    def spy(events):  # the profiler's rows, kept for an op where the two detectors disagree
-        events = list(events)
-        seen[:] = _profiler_rows(events) + _marker_rows(events)
-        return original(events)
-
-    detect.records_from_profiler = spy
-    try:
+    # the profiler's rows, kept for an op where the two detectors disagree
+    with _harvested_rows(markers=True) as harvests:
         for name, fn in KIND_OPS.items():  # ground truth: the profiler's runtime trace, same process
             torch.cuda.synchronize()
             s["ev"].record()
@@ -169,9 +163,7 @@ def kinds(out):
             res[name]["profile"] = sorted(e.kind for e in rep.syncs)
             if res[name]["profile"] != res[name]["cuda"]:
                 res[name]["profile_events"] = _events(rep)
-                res[name]["profiler_rows"] = list(seen)
-    finally:
-        detect.records_from_profiler = original
+                res[name]["profiler_rows"] = harvests[-1]
     out["ops"] = res
     out["pinned_pool"] = detect.__name__
     out["callback"] = syncguard.detectors.get("cuda").callback
@@ -430,27 +422,37 @@ def profile_async_tail(out):
     each marker range's device type."""
     torch = _torch()
     import syncguard
-    from syncguard.detectors import hooks as detect
-
-    seen, original = [], detect.records_from_profiler
-
-    def spy(events):
-        events = list(events)
-        seen[:] = _profiler_rows(events) + _marker_rows(events)
-        return original(events)
 
     torch.cuda._sleep(1000)  # the sleep kernel loaded
     torch.cuda.synchronize()
-    detect.records_from_profiler = spy
-    try:
+    with _harvested_rows(markers=True) as harvests:
         with syncguard.audit("profile") as rep:
             torch.cuda._sleep(50_000_000)  # tens of milliseconds of GPU time, not waited for
-    finally:
-        detect.records_from_profiler = original
     out["events"] = _events(rep)
     out["detectors"] = list(rep.detectors)
     out["notes"] = rep.notes
-    out["rows"] = seen
+    out["rows"] = [r for rows in harvests for r in rows]
+
+
+@contextlib.contextmanager
+def _harvested_rows(markers: bool):
+    """Each time a profile region's trace is read (``records_from_profiler``), that trace's
+    sync-call rows, and with ``markers`` syncguard's marker rows, appended to the list yielded:
+    one list per harvest, so a failure shows what the profile detector read."""
+    from syncguard.detectors import hooks as detect
+
+    harvests, original = [], detect.records_from_profiler
+
+    def spy(events):
+        events = list(events)
+        harvests.append(_profiler_rows(events) + (_marker_rows(events) if markers else []))
+        return original(events)
+
+    detect.records_from_profiler = spy
+    try:
+        yield harvests
+    finally:
+        detect.records_from_profiler = original
 
 
 def _kineto_rows(prof):
@@ -472,31 +474,20 @@ def profile_links(out):
     so that a failure shows why."""
     torch = _torch()
     import syncguard
-    from syncguard.detectors import hooks as detect
     from torch.profiler import ProfilerActivity, profile
 
     x = torch.randn(4096, device="cuda")
     x.cpu(), x.sum().item(), x[:100].cpu()
     torch.cuda.synchronize()
-    seen, original = [], detect.records_from_profiler
-
-    def spy(events):
-        events = list(events)
-        seen.extend(_profiler_rows(events))
-        return original(events)
-
-    detect.records_from_profiler = spy
-    try:
+    with _harvested_rows(markers=False) as harvests:
         with syncguard.audit(detectors="debug,trace,profile") as rep:
             with syncguard.allow("a set-up scope, as the cases' _setup"):
                 x.cpu()  # L-LINK-1
                 x.sum().item()  # L-LINK-2
             x[:100].cpu()  # L-LINK-3
-    finally:
-        detect.records_from_profiler = original
     out["events"] = [dict(ev, op=e.op) for ev, e in zip(_events(rep), rep.syncs + rep.allowed)]
     out["notes"] = rep.notes
-    out["seen"] = seen
+    out["seen"] = [r for rows in harvests for r in rows]
     from syncguard.testing import marked_line
 
     out["lines"] = [marked_line(__file__, f"L-LINK-{k}") for k in (1, 2, 3)]
