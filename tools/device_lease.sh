@@ -21,8 +21,9 @@
 #                      queue gpu_suite.sh WHAT for base (the image's torch) or a carried VERSION on
 #                      GPU, into the same folder -> NAME-WHAT.done, once each job AFTER (its .done
 #                      name, e.g. "base" or "2.14.1-timings") is done. A VERSION whose chunks were
-#                      copied to /tmp/chunks-VERSION (tools/carry_chunks.sh) is assembled by the
-#                      job itself, one assembly at a time, so its last chunk's call returns at once
+#                      copied to /tmp/chunks-VERSION (tools/carry_chunks.sh) is assembled in the
+#                      background at once, one assembly at a time, and the job waits for that
+#                      assembly before it runs, so its last chunk's call returns at once
 #                      (a lease runs "timings" alone on the host, "audit" and "traces" for the
 #                      rest: host timings with no neighbour)
 #   assemble VERSION   install a carried torch from the chunks copied to /tmp/chunks-VERSION
@@ -60,7 +61,12 @@ suite)
   cd /tmp/tree
   pre=""
   for a in "$@"; do pre="$pre until [ -f $R/$a.done ]; do sleep 5; done;"; done
-  [ "$N" = base ] || pre="$pre tools/device_lease.sh assemble $N && . /tmp/torch-$N.env &&"
+  if [ "$N" != base ]; then
+    # the assembly starts now, while the job may still wait its turn (it is a file copy and an
+    # unpack, light beside another version's timings); the job's own call finds it done
+    setsid nohup tools/device_lease.sh assemble "$N" > /dev/null 2>&1 < /dev/null &
+    pre="$pre tools/device_lease.sh assemble $N && . /tmp/torch-$N.env &&"
+  fi
   queue "$G" "$N-$W" "$pre tools/gpu_suite.sh /tmp/r/$N $W"
   ;;
 assemble)

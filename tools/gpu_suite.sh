@@ -7,7 +7,8 @@
 # cases/ and tests/gpu; traces: the profile tests, the device APIs, the corpora, the thread
 # stress); overhead: only the timings (the overhead and merge benchmarks); timings: what a lease
 # runs alone on the host for one torch (the kinds test against the profiler's trace, the profiler
-# scenarios, whose verdicts the detector summary reads, then the overhead group and the summary); extras: the mutation experiment, the race
+# scenarios, whose verdicts the detector summary reads, then the overhead group and the summary);
+# extras: the mutation experiment, the race
 # benchmark and the plugin's sample project (serial, -n 4, -W error); realsuite: another project's
 # GPU suite bare vs --syncguard; devrows: the device-side row variant's first measurement;
 # detector: issue 44's detector summary (the profiler scenario tests, then
